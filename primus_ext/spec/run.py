@@ -1,0 +1,106 @@
+"""RunSpec: one training configuration (model x layout x training x cluster).
+
+Cross-field rules are checked here, each as one ValueError naming fields, values, rule.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from primus_ext.spec.cluster import ClusterSpec
+from primus_ext.spec.layout import PipelineLayout, pipeline_layout
+from primus_ext.spec.model import ModelSpec
+from primus_ext.spec.parallel import ParallelSpec
+from primus_ext.spec.train import TrainSpec
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunSpec:
+    model: ModelSpec
+    parallel: ParallelSpec
+    train: TrainSpec
+    cluster: ClusterSpec
+    layout: PipelineLayout = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        check_run(self.model, self.parallel, self.train, self.cluster)
+        object.__setattr__(self, "layout", pipeline_layout(self.model.num_layers,
+                                                           self.parallel))
+
+    # ---- derived sizes -------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return self.cluster.world_size
+
+    @property
+    def dp(self) -> int:
+        return self.world_size // self.parallel.model_parallel_size
+
+    @property
+    def expert_dp(self) -> int:
+        p = self.parallel
+        return self.world_size // (p.ep * p.expert_tp * p.pp)
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.train.global_batch_size // (self.train.micro_batch_size * self.dp)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.train.global_batch_size * self.train.seq_length
+
+
+def check_run(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
+              cluster: ClusterSpec) -> None:
+    """Legality of a layout for a model on a cluster (shared by specs and the tuner)."""
+    world = cluster.world_size
+    mp = par.tp * par.pp * par.cp
+    if world % mp != 0:
+        raise ValueError(
+            f"world size {world} (cluster.num_nodes={cluster.num_nodes} x "
+            f"{cluster.node_size} GPUs) is not divisible by tp*pp*cp="
+            f"{par.tp}*{par.pp}*{par.cp}={mp}")
+    dp = world // mp
+    if model.num_attention_heads % par.tp != 0:
+        raise ValueError(f"model.num_attention_heads={model.num_attention_heads} is not "
+                         f"divisible by parallel.tp={par.tp}")
+    if not model.multi_latent_attention and model.num_groups % par.tp != 0:
+        raise ValueError(f"model.num_query_groups={model.num_groups} is not divisible by "
+                         f"parallel.tp={par.tp}")
+    if model.is_moe:
+        etp = par.expert_tp
+        if model.num_moe_experts % par.ep != 0:
+            raise ValueError(f"model.num_moe_experts={model.num_moe_experts} is not "
+                             f"divisible by parallel.ep={par.ep}")
+        if (world // par.pp) % (par.ep * etp) != 0:
+            raise ValueError(
+                f"parallel.ep*etp={par.ep}*{etp}={par.ep * etp} does not divide the "
+                f"expert-parallel world world/pp={world}/{par.pp}={world // par.pp}")
+        if par.tp > 1 and not par.sequence_parallel:
+            raise ValueError(f"MoE with parallel.tp={par.tp} > 1 requires "
+                             "parallel.sequence_parallel=True (megatron-core's rule)")
+    elif par.ep > 1:
+        raise ValueError(f"parallel.ep={par.ep} > 1 needs an MoE model "
+                         f"(model.num_moe_experts={model.num_moe_experts})")
+    per_step = train.micro_batch_size * dp
+    if train.global_batch_size % per_step != 0:
+        raise ValueError(
+            f"train.global_batch_size={train.global_batch_size} is not divisible by "
+            f"micro_batch_size*dp={train.micro_batch_size}*{dp}={per_step}")
+    if par.cp > 1 and train.seq_length % (2 * par.cp) != 0:
+        raise ValueError(f"train.seq_length={train.seq_length} is not divisible by "
+                         f"2*cp=2*{par.cp} (load-balanced causal context parallelism)")
+    if par.sequence_parallel and (train.seq_length // par.cp) % par.tp != 0:
+        raise ValueError(f"train.seq_length/cp={train.seq_length // par.cp} is not "
+                         f"divisible by tp={par.tp} (sequence parallelism)")
+    m = train.global_batch_size // per_step
+    if par.resolved_schedule == "interleaved" and m < par.pp:
+        raise ValueError(
+            f"interleaved schedule needs num_microbatches >= pp: global_batch_size/"
+            f"(micro_batch_size*dp)={m} < pp={par.pp}")
+    if train.recompute_granularity == "full" and train.recompute_method == "uniform":
+        per_chunk = model.num_layers // (par.pp * par.vpp)
+        if train.recompute_num_layers > max(per_chunk, 1) and par.pipeline_layout is None:
+            raise ValueError(
+                f"train.recompute_num_layers={train.recompute_num_layers} exceeds the "
+                f"{per_chunk} layers of a pipeline chunk (recompute_method='uniform')")
+    pipeline_layout(model.num_layers, par)  # raises on an illegal uneven layout

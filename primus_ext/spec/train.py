@@ -1,0 +1,65 @@
+"""TrainSpec: batch, sequence, precision, recompute and optimizer of a training run."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from primus_ext.spec._check import one_of, positive
+
+_OWNER = "train"
+PRECISIONS = ("bf16", "fp8", "fp16", "fp32")
+RECOMPUTE_GRANULARITIES = (None, "selective", "full")
+RECOMPUTE_METHODS = (None, "uniform", "block")
+ATTENTION_BACKENDS = ("flash", "unfused")
+OPTIMIZERS = ("adam", "sgd")
+FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainSpec:
+    seq_length: int = 4096
+    micro_batch_size: int = 1
+    global_batch_size: int = 1024
+    precision: str = "bf16"
+    fp8_recipe: str = "tensorwise"
+    recompute_granularity: str | None = None
+    recompute_method: str | None = None
+    recompute_num_layers: int | None = None
+    # Selective recompute modules (megatron-core --recompute-modules); core_attn is the
+    # default, as in Megatron-LM.
+    recompute_modules: tuple[str, ...] = ("core_attn",)
+    attention_backend: str = "flash"
+    optimizer: str = "adam"
+    # Softmax of the unfused attention path saved in fp32 (megatron-core default True);
+    # only matters for attention_backend=unfused.
+    attention_softmax_in_fp32: bool = True
+
+    def __post_init__(self) -> None:
+        for f in ("seq_length", "micro_batch_size", "global_batch_size"):
+            positive(_OWNER, f, getattr(self, f))
+        one_of(_OWNER, "precision", self.precision, PRECISIONS)
+        one_of(_OWNER, "fp8_recipe", self.fp8_recipe, FP8_RECIPES)
+        one_of(_OWNER, "recompute_granularity", self.recompute_granularity,
+               RECOMPUTE_GRANULARITIES)
+        one_of(_OWNER, "recompute_method", self.recompute_method, RECOMPUTE_METHODS)
+        one_of(_OWNER, "attention_backend", self.attention_backend, ATTENTION_BACKENDS)
+        one_of(_OWNER, "optimizer", self.optimizer, OPTIMIZERS)
+        object.__setattr__(self, "recompute_modules", tuple(self.recompute_modules))
+        if self.recompute_granularity == "full":
+            if self.recompute_method is None:
+                raise ValueError(
+                    "train.recompute_method=None: recompute_granularity='full' needs "
+                    "recompute_method 'uniform' or 'block'")
+            if self.recompute_num_layers is None:
+                raise ValueError(
+                    "train.recompute_num_layers=None: recompute_granularity='full' needs "
+                    "recompute_num_layers (layers per recompute unit or block)")
+            positive(_OWNER, "recompute_num_layers", self.recompute_num_layers)
+        elif self.recompute_method is not None:
+            raise ValueError(
+                f"train.recompute_method={self.recompute_method!r} requires "
+                f"recompute_granularity='full' (it is {self.recompute_granularity!r})")
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes per model parameter as held for compute (FP8 keeps bf16 weights)."""
+        return 4 if self.precision == "fp32" else 2
