@@ -1,0 +1,78 @@
+"""LayerCosts: what a cost backend (simulate or a measured profile) hands the projector.
+
+Seconds are per microbatch on one rank. Compute and communication are kept apart so the
+projector can apply the overlap rules and report exposed communication per axis.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
+AXES = ("tp", "cp", "ep", "etp", "dp", "edp", "pp")
+PHASES = ("fwd", "bwd")
+# Layer kinds the projector knows; a model uses a subset.
+KINDS = ("dense", "moe", "embedding", "output", "mtp")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CommOp:
+    """One collective issued inside a layer for one microbatch."""
+    name: str  # e.g. "attn.tp_all_gather"
+    axis: str  # one of AXES
+    collective: str  # one of COLLECTIVES
+    num_bytes: int  # bytes each rank contributes (the full message, as torch sees it)
+    group_size: int
+    phase: str  # fwd | bwd
+    seconds: float  # cost of the collective alone
+    exposed_s: float  # what remains on the critical path after the overlap rule
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LayerCost:
+    """Cost of one layer of a kind, per microbatch, on one rank."""
+    kind: str
+    fwd_s: float  # forward compute
+    bwd_input_s: float  # backward: gradient w.r.t. inputs (dgrad) and non-GEMM backward
+    bwd_weight_s: float  # backward: weight gradients (wgrad)
+    recompute_s: float = 0.0  # forward work recomputed during backward (recompute setting)
+    comms: tuple[CommOp, ...] = ()
+    fwd_flops: float = 0.0  # executed FLOPs (not the Megatron model-FLOP count)
+    bwd_flops: float = 0.0
+
+    @property
+    def fwd_comm_s(self) -> float:
+        return sum(c.exposed_s for c in self.comms if c.phase == "fwd")
+
+    @property
+    def bwd_comm_s(self) -> float:
+        return sum(c.exposed_s for c in self.comms if c.phase == "bwd")
+
+    @property
+    def fwd_total_s(self) -> float:
+        return self.fwd_s + self.fwd_comm_s
+
+    @property
+    def bwd_total_s(self) -> float:
+        return self.bwd_input_s + self.bwd_weight_s + self.recompute_s + self.bwd_comm_s
+
+    def exposed_comm_by_axis(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for c in self.comms:
+            out[c.axis] = out.get(c.axis, 0.0) + c.exposed_s
+        return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LayerCosts:
+    """Per-kind layer costs plus the kind of every decoder layer, in order.
+
+    ``decoder_kinds[i]`` names the entry of ``kinds`` that decoder layer i uses (several
+    layers share an entry: all dense layers of a model cost the same).
+    """
+    kinds: dict[str, LayerCost]
+    decoder_kinds: tuple[str, ...]
+    source: str  # "simulate" or "profile:<path>"
+    notes: tuple[str, ...] = ()
+
+    def decoder_layer(self, index: int) -> LayerCost:
+        return self.kinds[self.decoder_kinds[index]]
