@@ -23,7 +23,7 @@ def _conf_dir() -> Path:
 
 
 def list_presets(group: str) -> list[str]:
-    return sorted(p.stem for p in (_conf_dir() / group).glob("*.yaml"))
+    return sorted(p.stem for p in (_conf_dir() / group).glob("*.yaml") if not p.stem.startswith("_"))
 
 
 @lru_cache(maxsize=None)

@@ -1,0 +1,86 @@
+"""Hydra edge: compose the config tree and turn a composed config into a RunSpec.
+
+``compose(overrides)`` is the Python twin of the CLI: the same config tree, the same
+overrides, the same validation.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Mapping
+
+from omegaconf import DictConfig, OmegaConf
+
+from primus_ext.presets import _conf_dir, hardware_preset, list_presets
+from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec
+
+SPEC_GROUPS = {"model": ModelSpec, "parallel": ParallelSpec, "train": TrainSpec}
+
+
+def conf_dir() -> Path:
+    return _conf_dir()
+
+
+def compose_cfg(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
+    """The composed config for ``overrides``, as ``primus-ext <overrides>`` sees it."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def compose(overrides: list[str] | tuple[str, ...] = ()) -> RunSpec:
+    """Compose ``overrides`` (Hydra syntax) and validate them into a RunSpec."""
+    return spec_from_cfg(compose_cfg(overrides))
+
+
+def _build(cls, group: str, values: Mapping[str, Any]):
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ValueError(f"{group}.{unknown[0]} is not a {cls.__name__} field; known "
+                         f"fields: {', '.join(sorted(names))}")
+    kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in values.items()}
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # a required field left empty
+        missing = [f.name for f in dataclasses.fields(cls)
+                   if f.init and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING and kwargs.get(f.name) is None]
+        raise ValueError(f"{group}: missing required field(s) {', '.join(missing)}") from exc
+
+
+def _plain(node) -> dict:
+    return OmegaConf.to_container(node, resolve=True) if node is not None else {}
+
+
+def model_from_cfg(cfg: DictConfig) -> ModelSpec:
+    values = {k: v for k, v in _plain(cfg.model).items()
+              if not (v is None and k in _REQUIRED_MODEL)}
+    return _build(ModelSpec, "model", values)
+
+
+def spec_from_cfg(cfg: DictConfig) -> RunSpec:
+    """Validate the spec part of a composed config (model, parallel, train, cluster)."""
+    parts = {g: (model_from_cfg(cfg) if g == "model" else _build(cls, g, _plain(cfg[g])))
+             for g, cls in SPEC_GROUPS.items()}
+    cluster = dict(_plain(cfg.cluster))
+    hw_name = cluster.pop("hardware", None)
+    if not isinstance(hw_name, str):
+        raise ValueError(f"cluster.hardware={hw_name!r} must name a hardware preset: "
+                         f"{', '.join(list_presets('hardware'))}")
+    hw = hardware_preset(hw_name)
+    hw_overrides = cluster.pop("hardware_overrides", None) or {}
+    if hw_overrides:
+        hw = _build(type(hw), "cluster.hardware_overrides",
+                    {**{f.name: getattr(hw, f.name) for f in dataclasses.fields(hw)},
+                     **hw_overrides})
+    parts["cluster"] = _build(ClusterSpec, "cluster", {**cluster, "hardware": hw})
+    return RunSpec(**parts)
+
+
+_REQUIRED_MODEL = frozenset(f.name for f in dataclasses.fields(ModelSpec)
+                            if f.default is dataclasses.MISSING)

@@ -1,0 +1,26 @@
+"""One module per ``mode=`` of the primus-ext app; each exposes ``run(cfg) -> dict``.
+
+A mode whose feature has not landed yet says so plainly and exits non-zero.
+"""
+from __future__ import annotations
+
+import importlib
+
+MODES = ("project", "memory", "describe", "validate", "calibrate", "tune", "measure")
+
+
+class NotAvailable(RuntimeError):
+    """A mode (or backend) that this version does not provide yet."""
+
+
+def dispatch(cfg):
+    mode = cfg.mode
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r} must be one of {', '.join(MODES)}")
+    try:
+        module = importlib.import_module(f"primus_ext.modes.{mode}")
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("primus_ext"):
+            raise NotAvailable(f"mode={mode} is not available in this version yet") from exc
+        raise
+    return module.run(cfg)
