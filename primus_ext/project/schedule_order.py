@@ -64,14 +64,18 @@ def _order_interleaved(p: int, v: int, m: int, g: int, rank: int) -> list[Op]:
 
 def _order_zb(p: int, m: int, rank: int) -> list[Op]:
     # ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", 2023, section 3.1), which
-    # megatron-core itself does not ship: the same forwards/backward-inputs as 1F1B (so
-    # the same number of microbatches in flight), but each backward is split into B
-    # (input grad, on the critical path) and W (weight grad, off it). Stage `rank` runs
-    # the W of microbatch k only after the B of microbatch k + lag, lag = pp - rank - 1:
-    # the first stages, which wait longest for gradients in the cooldown, keep a reserve
-    # of W's that fill those waits; the last stage runs every W right after its B.
+    # megatron-core itself does not ship: the forwards and backward-inputs (B) run in
+    # 1F1B's order (same warmup, so the same forwards in flight), and each weight-grad
+    # W, being off the critical path, is deferred: stage `rank` holds back W's for its
+    # first `rank` B's (fewer when the cooldown starts sooner), then follows every B with
+    # the oldest pending W, and runs the held-back W's at the end. The B chain reaches
+    # stage `rank` (pp - 1 - rank) B-times after the last stage, so the later stages end
+    # on their reserve of W's while the first stages fill their cooldown gradient waits
+    # with their own W's. For uniform costs and free p2p the step is
+    # m * (F + B + W) + (pp - 1) * (F + B - W) when W <= F + B and m >= pp (the paper's
+    # ZB-H1 bubble) against 1F1B's (pp - 1) * (F + B + W).
     warm = min(p - rank - 1, m)
-    lag = p - rank - 1
+    lag = rank
     ops = [(KIND_F, i, 0) for i in range(warm)]
     next_w = 0
     for i in range(m):
@@ -86,7 +90,7 @@ def _order_zb(p: int, m: int, rank: int) -> list[Op]:
     return ops
 
 
-@lru_cache(maxsize=128)
+@lru_cache(maxsize=16)
 def stage_op_orders(schedule: str, num_stages: int, num_chunks: int,
                     num_microbatches: int, group_size: int) -> tuple[tuple[Op, ...], ...]:
     """Per stage, the ops it runs, in order. Arguments must already be validated."""
@@ -102,19 +106,26 @@ def stage_op_orders(schedule: str, num_stages: int, num_chunks: int,
     return tuple(tuple(o) for o in orders)
 
 
-@lru_cache(maxsize=64)
+# A plan for pp=8, vpp=8, m=192 (24,576 ops) takes about 2.5 MB.
+@lru_cache(maxsize=32)
 def compiled_plan(schedule: str, num_stages: int, num_chunks: int,
                   num_microbatches: int, group_size: int) -> tuple:
-    """Flat plan for the simulator: per stage a tuple of (slot, dep_slot, lat_idx, cost_idx).
+    """The ops of all stages as one flat, dependency-sorted sequence for the simulator.
 
+    Returned as five parallel tuples (columns: zip() walks them faster, and they take
+    less memory, than one tuple per op): slot, dep_slot, lat_idx, cost_idx, stage.
     slot = ((kind * v + chunk) * p + stage) * m + microbatch indexes the flat end-time
-    array; dep_slot is the one op this op waits for (-1: none but the stage order);
-    lat_idx indexes the p2p latency list (0..p-2: link s -> s+1, p-1: the wrap-around
-    link from the last to the first stage, p: no latency); cost_idx = (kind * p + stage)
-    * v + chunk indexes the flat cost list. Returns (plans, num_slots).
+    array; dep_slot is the op it waits for besides its stage predecessor (num_slots, a
+    slot that stays 0.0, when none); lat_idx indexes the p2p latency list (0..p-2: link
+    s -> s+1, p-1: the wrap-around link from the last to the first stage, p: none);
+    cost_idx = (kind * p + stage) * v + chunk indexes the flat cost list. Every op comes
+    after its dependency and after the op before it on its stage, so one pass in this
+    order times the whole step whatever the costs. Returns (columns, num_slots); raises
+    ValueError if the orders deadlock.
     """
     p, v, m = num_stages, num_chunks, num_microbatches
     orders = stage_op_orders(schedule, p, v, m, group_size)
+    num_slots = (3 if schedule == "zb" else 2) * v * p * m
     no_lat = p
 
     def slot(kind: int, stage: int, mb: int, chunk: int) -> int:
@@ -130,7 +141,7 @@ def compiled_plan(schedule: str, num_stages: int, num_chunks: int,
                 elif c > 0:
                     dep, lat = slot(KIND_F, p - 1, mb, c - 1), p - 1
                 else:
-                    dep, lat = -1, no_lat
+                    dep, lat = num_slots, no_lat
             elif kind == KIND_B:
                 if s < p - 1:
                     dep, lat = slot(KIND_B, s + 1, mb, c), s
@@ -141,7 +152,39 @@ def compiled_plan(schedule: str, num_stages: int, num_chunks: int,
                     dep, lat = slot(KIND_F, s, mb, c), no_lat
             else:
                 dep, lat = slot(KIND_B, s, mb, c), no_lat
-            plan.append((slot(kind, s, mb, c), dep, lat, (kind * p + s) * v + c))
-        plans.append(tuple(plan))
-    num_kinds = 3 if schedule == "zb" else 2
-    return tuple(plans), num_kinds * v * p * m
+            plan.append((slot(kind, s, mb, c), dep, lat, (kind * p + s) * v + c, s))
+        plans.append(plan)
+    columns = tuple(tuple(col) for col in zip(*_topological(plans, num_slots)))
+    return columns, num_slots
+
+
+def _topological(plans: list, num_slots: int) -> tuple:
+    # Kahn-style pass: run each stage down its order until an op whose dependency has
+    # not been emitted yet, park the stage on that dependency, resume it when the
+    # dependency is emitted. Each op is emitted once: O(ops).
+    p = len(plans)
+    done = [False] * (num_slots + 1)
+    done[num_slots] = True
+    waiter = [-1] * num_slots
+    pos = [0] * p
+    out = []
+    work = list(range(p - 1, -1, -1))
+    while work:
+        s = work.pop()
+        plan, i = plans[s], pos[s]
+        while i < len(plan):
+            op = plan[i]
+            if not done[op[1]]:
+                waiter[op[1]] = s
+                break
+            out.append(op)
+            done[op[0]] = True
+            if waiter[op[0]] >= 0:
+                work.append(waiter[op[0]])
+            i += 1
+        pos[s] = i
+    for s in range(p):
+        if pos[s] < len(plans[s]):
+            raise ValueError(f"schedule deadlocks: stage {s} waits forever at op {pos[s]} "
+                             "of its order (the op orders are inconsistent)")
+    return tuple(out)

@@ -1,0 +1,1 @@
+"""Step-time projection: pipeline schedule simulation and the estimate built on it."""
