@@ -1,0 +1,29 @@
+"""mode=memory: per-stage memory of one RunSpec, with a fits verdict."""
+from __future__ import annotations
+
+from primus_ext.config import spec_from_cfg
+from primus_ext.emit.console import gib, print_json, print_table
+from primus_ext.memory.report import memory_report
+
+
+def run(cfg) -> dict:
+    spec = spec_from_cfg(cfg)
+    report = memory_report(spec)
+    out = report.to_dict()
+    if cfg.get("plot"):
+        from primus_ext.emit.plots import plot_memory
+        plot_memory(spec, report, cfg.plot)
+    if cfg.output == "json":
+        print_json(out)
+        return out
+    rows = [(s.stage, s.num_params, gib(s.param_bytes), gib(s.grad_bytes),
+             gib(s.optimizer_bytes), gib(s.activation_bytes_per_microbatch),
+             s.num_inflight_microbatches, gib(s.activation_bytes), gib(s.other_bytes),
+             gib(s.total_bytes)) for s in report.stages]
+    print_table(f"{spec.model.name}: memory per GPU by pipeline stage (GiB)",
+                ["stage", "params", "weights", "grads", "optimizer", "act/mb",
+                 "in-flight mb", "activations", "other", "total"], rows,
+                caption=f"peak {gib(report.peak_bytes):.2f} GiB of "
+                        f"{gib(report.device_bytes):.2f} GiB: "
+                        f"{'fits' if report.fits else 'DOES NOT FIT'}")
+    return out

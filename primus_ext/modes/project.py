@@ -1,0 +1,61 @@
+"""mode=project: one projection (simulate backend, or a measured profile)."""
+from __future__ import annotations
+
+import json
+
+from primus_ext.config import spec_from_cfg
+from primus_ext.emit.console import gib, print_json, print_table
+from primus_ext.project.estimate import project
+from primus_ext.util.files import atomic_write_text
+
+
+def _estimate(cfg, spec, record: bool):
+    calibration = cfg.get("calibration", "default")
+    if cfg.get("backend", "simulate") == "profile":
+        from primus_ext.project.from_profile import estimate_from_profile
+        if not cfg.get("profile"):
+            raise ValueError("backend=profile needs profile=FILE (a saved Profile JSON)")
+        return estimate_from_profile(cfg.profile, spec, calibration=calibration,
+                                     record_timeline=record)
+    if cfg.get("backend", "simulate") != "simulate":
+        raise ValueError(f"backend={cfg.backend!r} must be 'simulate' or 'profile'")
+    return project(spec, calibration=calibration, record_timeline=record)
+
+
+def run(cfg) -> dict:
+    spec = spec_from_cfg(cfg)
+    want_timeline = bool(cfg.get("plot") or cfg.get("trace"))
+    est = _estimate(cfg, spec, want_timeline)
+    out = est.to_dict()
+    if cfg.get("trace"):
+        from primus_ext.project.trace import to_chrome_trace
+        atomic_write_text(cfg.trace, json.dumps(to_chrome_trace(est.timeline)))
+    if cfg.get("plot"):
+        from primus_ext.emit.plots import plot_timeline
+        plot_timeline(est, cfg.plot)
+    if cfg.output == "json":
+        print_json(out)
+    else:
+        print_estimate(spec, est)
+    return out
+
+
+def print_estimate(spec, est) -> None:
+    p = spec.parallel
+    title = (f"{spec.model.name} on {spec.world_size} x {spec.cluster.hardware.name} | "
+             f"TP{p.tp} PP{p.pp} VPP{p.vpp} CP{p.cp} EP{p.ep} DP{spec.dp} | "
+             f"GBS {spec.train.global_batch_size} MBS {spec.train.micro_batch_size} "
+             f"seq {spec.train.seq_length} {spec.train.precision}")
+    rows = [("step time (s)", est.step_time_s),
+            ("tokens/s/GPU", est.tokens_per_s_per_gpu),
+            ("model TFLOP/s/GPU", est.tflops_per_gpu),
+            ("MFU", f"{est.mfu:.1%}"),
+            ("peak memory (GiB)", f"{gib(est.peak_memory_bytes):.1f} of "
+                                  f"{gib(est.memory.device_bytes):.1f}"),
+            ("fits", est.fits)]
+    for key, value in est.breakdown.items():
+        share = value / est.step_time_s if est.step_time_s else 0.0
+        rows.append((f"  {key[:-2].replace('_', ' ')} (s)", f"{value:.4f}  ({share:.1%})"))
+    print_table(title, ["quantity", "value"], rows,
+                caption=f"FLOPs: {est.flop_formula}; backend: {est.backend}; "
+                        f"schedule {est.schedule}, {est.num_microbatches} microbatches")

@@ -1,0 +1,89 @@
+"""Calibration files: fitted physical constants per hardware preset.
+
+A calibration maps a hardware preset name to values of HardwareSpec efficiency fields
+(fractions of peak, latencies, per-kernel overheads). Nothing in it is keyed to a model,
+a source or a row. ``mode=calibrate`` writes one; ``mode=project`` and ``mode=validate``
+apply one (the committed fit on the public validation set is the default).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from primus_ext.spec import HardwareSpec, RunSpec
+from primus_ext.util.files import atomic_write_text
+
+SCHEMA_VERSION = 1
+DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "calibration" / "default.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    constants: dict  # hardware name -> {field: value}
+    meta: dict
+
+    def apply_hardware(self, hw: HardwareSpec) -> HardwareSpec:
+        values = self.constants.get(hw.name)
+        if not values:
+            return hw
+        return dataclasses.replace(hw, **values)
+
+    def apply(self, spec: RunSpec) -> RunSpec:
+        hw = self.apply_hardware(spec.cluster.hardware)
+        if hw is spec.cluster.hardware:
+            return spec
+        return dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, hardware=hw))
+
+    def to_dict(self) -> dict:
+        return {"schema_version": SCHEMA_VERSION, "meta": self.meta,
+                "hardware": self.constants}
+
+
+EMPTY = Calibration(constants={}, meta={"note": "presets' priors, nothing fitted"})
+
+
+def _check(data: dict, path: str) -> Calibration:
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"calibration {path}: schema_version="
+                         f"{data.get('schema_version')!r} must be {SCHEMA_VERSION}")
+    fields = {f.name for f in dataclasses.fields(HardwareSpec)}
+    hardware = data.get("hardware")
+    if not isinstance(hardware, dict):
+        raise ValueError(f"calibration {path}: 'hardware' must map preset names to constants")
+    for name, values in hardware.items():
+        for key in values:
+            if key not in fields:
+                raise ValueError(f"calibration {path}: hardware.{name}.{key} is not a "
+                                 "HardwareSpec field")
+    return Calibration(constants=hardware, meta=data.get("meta", {}))
+
+
+@lru_cache(maxsize=8)
+def _load(path: str, mtime: float) -> Calibration:
+    with open(path) as f:
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"calibration {path} is not valid JSON: {exc}") from exc
+    return _check(data, path)
+
+
+def load_calibration(path: str | os.PathLike | None) -> Calibration:
+    """``None`` -> priors only; ``"default"`` -> the committed fit; else a file path."""
+    if path is None or path == "none":
+        return EMPTY
+    p = DEFAULT_PATH if path == "default" else Path(path)
+    if not p.is_file():
+        if path == "default":
+            return EMPTY
+        raise FileNotFoundError(f"calibration={path}: no such file")
+    return _load(str(p), p.stat().st_mtime)
+
+
+def save_calibration(calib: Calibration, path: str | os.PathLike) -> None:
+    """Write atomically: a crash leaves the old file intact."""
+    atomic_write_text(path, json.dumps(calib.to_dict(), indent=2, sort_keys=True) + "\n")

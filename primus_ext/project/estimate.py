@@ -1,0 +1,103 @@
+"""Step composition: layer costs -> pipeline schedule -> data-parallel sync -> Estimate.
+
+step = pipeline makespan (event simulation over per-stage costs, p2p included)
+     + exposed data-parallel gradient sync and parameter all-gather
+     + optimizer step,
+taken on the slowest pipeline stage. Overlap rules for the data-parallel part
+(megatron-core DDP and distributed optimizer):
+
+- ``overlap_grad_reduce``: buckets are reduced while the last microbatch's backward still
+  runs (earlier microbatches accumulate locally under no_sync); the part of the sync that
+  outlasts that backward is exposed, and at least the last bucket always is.
+- ``overlap_param_gather``: the distributed optimizer's parameter all-gather runs under the
+  first microbatch's forward of the next step, with the same rule.
+- Without the switches the whole collective is exposed.
+"""
+from __future__ import annotations
+
+from primus_ext.compute.model_flops import FORMULA_NAME, model_flops_per_token
+from primus_ext.project.calibration import Calibration, load_calibration
+from primus_ext.project.costs import LayerCosts
+from primus_ext.project.dp_sync import dp_sync
+from primus_ext.project.estimate_types import Estimate
+from primus_ext.project.schedule import ScheduleInput, simulate
+from primus_ext.project.stages import stage_times
+from primus_ext.spec import RunSpec
+
+
+def _schedule_input(spec: RunSpec, st, p2p_s: float) -> ScheduleInput:
+    p = spec.parallel
+    sched = p.resolved_schedule
+    m = spec.num_microbatches
+    if p.pp == 1:
+        sched = "1f1b"
+    group = None
+    if sched == "interleaved" and m % p.pp:
+        group = m  # one microbatch group: megatron-core rejects a short last group
+    return ScheduleInput(num_stages=p.pp, num_chunks=p.vpp if sched == "interleaved" else 1,
+                         num_microbatches=m,
+                         fwd_s=st.fwd_s if sched == "interleaved" else _fold(st.fwd_s),
+                         bwd_input_s=st.bwd_input_s if sched == "interleaved"
+                         else _fold(st.bwd_input_s),
+                         bwd_weight_s=st.bwd_weight_s if sched == "interleaved"
+                         else _fold(st.bwd_weight_s),
+                         p2p_s=p2p_s, schedule=sched, microbatch_group_size=group)
+
+
+def _fold(grid):
+    """Sum the chunks of each stage (a non-interleaved schedule runs them as one)."""
+    return tuple((sum(row),) for row in grid)
+
+
+def project(spec: RunSpec, *, costs: LayerCosts | None = None,
+            calibration: Calibration | str | None = "default",
+            record_timeline: bool = False, memory_options=None) -> Estimate:
+    """Project one training step of ``spec``.
+
+    ``costs`` defaults to the simulate backend; a measured profile supplies its own.
+    ``calibration`` ("default", None, a path or a Calibration) sets the hardware's fitted
+    physical constants.
+    """
+    from primus_ext.compute.backend import p2p_time_s, simulate_layer_costs
+    from primus_ext.memory.report import memory_report
+
+    calib = calibration if isinstance(calibration, Calibration) else load_calibration(calibration)
+    spec = calib.apply(spec)
+    if costs is None:
+        costs = simulate_layer_costs(spec)
+    st = stage_times(spec, costs)
+    sched = simulate(_schedule_input(spec, st, p2p_time_s(spec)), record_events=record_timeline)
+    mem = memory_report(spec, memory_options) if memory_options else memory_report(spec)
+    sync = dp_sync(spec, mem, st)
+
+    m = spec.num_microbatches
+    totals = [sched.step_s + sync.exposed_s[s] + sync.optimizer_s[s]
+              for s in range(spec.parallel.pp)]
+    crit = max(range(len(totals)), key=totals.__getitem__)
+    step_s = totals[crit]
+    comm = st.comm_s[crit]
+    breakdown = {
+        "compute_s": m * st.compute_s[crit],
+        "recompute_s": m * st.recompute_s[crit],
+        "tp_comm_s": m * (comm.get("tp", 0.0) + comm.get("etp", 0.0)),
+        "cp_comm_s": m * comm.get("cp", 0.0),
+        "ep_comm_s": m * comm.get("ep", 0.0),
+        "dp_comm_s": sync.exposed_s[crit] + m * (comm.get("dp", 0.0) + comm.get("edp", 0.0)),
+        "optimizer_s": sync.optimizer_s[crit],
+    }
+    # The pipeline's idle time and p2p waits on the critical stage close the sum.
+    breakdown["pp_bubble_s"] = max(step_s - sum(breakdown.values()), 0.0)
+
+    world = spec.world_size
+    tokens = spec.tokens_per_step
+    flops = model_flops_per_token(spec.model, spec.train.seq_length) * tokens
+    peak = spec.cluster.hardware.peak_tflops(spec.train.precision)
+    tflops = flops / step_s / world / 1e12
+    notes = (f"layout: {spec.layout.describe()}",) + tuple(costs.notes) + sync.notes
+    return Estimate(
+        step_time_s=step_s, tokens_per_s_per_gpu=tokens / step_s / world,
+        tflops_per_gpu=tflops, mfu=tflops / peak, flop_formula=FORMULA_NAME,
+        peak_tflops=peak, breakdown=breakdown, critical_stage=crit,
+        stage_busy_s=tuple(totals), num_microbatches=m, schedule=sched.schedule,
+        layout=spec.layout.describe(), backend=costs.source, memory=mem, notes=notes,
+        timeline=sched if record_timeline else None)
