@@ -1,0 +1,443 @@
+"""Published training runs (``data/validation/published_runs.csv``) as RunSpecs.
+
+Pure: no torch, no Hydra. ``read_runs(path)`` turns every row into a ``PublishedRun``:
+its raw row, the measured figures, and either a validated ``RunSpec`` or one clear
+per-row error. Every assumption made to fill a gap in a row is recorded in ``notes``.
+
+Rules (column conventions: ``data/validation/README.md``):
+
+- Model: the row's model columns win (layers, hidden, ffn_hidden, heads, kv_heads, vocab,
+  num_experts, topk, moe_ffn_hidden); the preset matched from the ``model`` column supplies
+  what the columns cannot say (MLA, shared experts, dense-first layers, head dim,
+  activation, norm, biases, tied embeddings). ``MegatronGPT-*`` rows have no preset and
+  are built from the columns with Megatron-LM's GPT defaults.
+- Cluster: the ``gpu`` column names a hardware preset; ``num_gpus`` is whole nodes of
+  it, or one partial node when smaller than a node.
+- Layout: ``vp`` empty/1/n/a = no interleaving; ``dp`` is derived and checked against the
+  column; tp > 1 turns sequence parallelism on (megatron-core requires it for MoE; the
+  NeMo / Megatron-Bridge recipes default to it for dense models).
+- Batch: empty ``mbs`` -> 1; empty ``gbs`` -> from measured step time and tokens/s, else a
+  default named in the row's notes, else ``mbs * dp * DEFAULT_MICROBATCHES_PER_STAGE * pp``.
+"""
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from primus_ext.presets import hardware_preset, list_presets, model_preset
+from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec
+
+DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "validation" / "published_runs.csv"
+
+# Microbatches per pipeline stage assumed when a row gives no global batch and no way to
+# derive one (the NeMo / Megatron-Bridge tables run 8-16 microbatches per stage).
+DEFAULT_MICROBATCHES_PER_STAGE = 8
+
+# Names whose normalised form differs from the preset (source table names, releases).
+MODEL_ALIASES = {
+    "llama3_405b": "llama3.1_405b",  # NVIDIA tables print LLAMA3-405B for Llama 3.1 405B
+    "nemotron_8b": "nemotron3_8b",
+    "nemotron_22b": "nemotron3_22b",
+    "nemotron_15b": "nemotron4_15b",
+    "nemotron_340b": "nemotron4_340b",
+    "grok_314b": "grok1_314b",
+}
+
+# Megatron-LM's GPT defaults (arguments.py): 4*hidden FFN, MHA, GeLU, LayerNorm, biases,
+# learned absolute positions. The MegatronGPT-* rows' stated parameter counts imply untied
+# input/output embeddings (1.7B = 1.48B tied, 1.75B untied).
+GPT_DEFAULTS = {
+    "normalization": "LayerNorm", "activation": "gelu", "add_bias_linear": True,
+    "position_embedding_type": "learned_absolute",
+    "untie_embeddings_and_output_weights": True,
+}
+_GPT_FAMILIES = ("megatrongpt",)
+
+_MODEL_COLUMNS = (("layers", "num_layers"), ("hidden", "hidden_size"),
+                  ("ffn_hidden", "ffn_hidden_size"), ("heads", "num_attention_heads"),
+                  ("kv_heads", "num_query_groups"), ("vocab", "vocab_size"),
+                  ("num_experts", "num_moe_experts"), ("topk", "moe_router_topk"),
+                  ("moe_ffn_hidden", "moe_ffn_hidden_size"))
+_MEASURED = (("tokens_per_s_per_gpu", "measured_tokens_per_s_per_gpu"),
+             ("tflops_per_gpu", "measured_tflops_per_gpu"), ("mfu", "measured_mfu"),
+             ("step_time_s", "measured_step_time_s"))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Measured:
+    """Figures as the source published them (None where the row leaves them empty)."""
+    tokens_per_s_per_gpu: float | None = None
+    tflops_per_gpu: float | None = None
+    mfu: float | None = None
+    step_time_s: float | None = None
+
+    # Mapping-style access too (``run.measured.get("mfu")``), for callers that treat the
+    # measured figures as a dict keyed by these names.
+    def get(self, key: str, default: float | None = None) -> float | None:
+        value = getattr(self, key, None) if key in self.__dataclass_fields__ else None
+        return default if value is None else value
+
+    def __getitem__(self, key: str) -> float | None:
+        if key not in self.__dataclass_fields__:
+            raise KeyError(key)
+        return getattr(self, key)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True, eq=False)
+class PublishedRun:
+    run_id: str
+    row: dict  # the raw CSV row
+    spec: RunSpec | None
+    error: str | None  # why the row cannot become a spec (None when spec is set)
+    measured: Measured
+    source: str
+    gpu: str
+    is_moe: bool
+    precision: str  # as published (fp16 is kept; the spec computes it at the bf16 peak)
+    model_preset: str | None = None
+    hardware_preset: str | None = None
+    notes: tuple[str, ...] = field(default=())  # assumptions made for this row
+
+
+class RowError(ValueError):
+    """A row that cannot become a RunSpec; the message names the row and column."""
+
+
+# ---- names --------------------------------------------------------------------------
+def normalize_model_name(name: str) -> str:
+    """Lowercase, punctuation to '_', version numbers glued to the family name:
+    'Llama-3.1-405B' -> 'llama3.1_405b', 'Grok-1-314B' -> 'grok1_314b'."""
+    tokens = [t for t in re.split(r"[^0-9a-z.]+", name.strip().lower()) if t]
+    out: list[str] = []
+    for tok in tokens:
+        tok = tok.strip(".")
+        if not tok:
+            continue
+        if out and re.fullmatch(r"\d+(\.\d+)*", tok) and re.search(r"[a-z]$", out[-1]):
+            out[-1] += tok  # a bare version number belongs to the family name
+        else:
+            out.append(tok)
+    return "_".join(out)
+
+
+def _compact(name: str) -> str:
+    return re.sub(r"[^0-9a-z.]", "", name.lower())
+
+
+def match_model_preset(name: str) -> str | None:
+    """The model preset a published model name refers to, or None."""
+    presets = list_presets("model")
+    norm = normalize_model_name(name)
+    if norm.startswith("meta_"):
+        norm = norm[len("meta_"):]
+    norm = MODEL_ALIASES.get(norm, norm)
+    if norm in presets:
+        return norm
+    by_compact = {_compact(p): p for p in presets}
+    return by_compact.get(_compact(norm))
+
+
+def hardware_preset_name(gpu: str) -> str:
+    """'H100-96GB-500W' -> 'h100_96gb_500w' (the hardware preset's file name)."""
+    return "_".join(t for t in re.split(r"[^0-9a-z]+", gpu.strip().lower()) if t)
+
+
+# ---- cell parsing -------------------------------------------------------------------
+class _Row:
+    def __init__(self, row: Mapping[str, str | None], run_id: str):
+        self.row, self.run_id = row, run_id
+
+    def fail(self, column: str, msg: str) -> RowError:
+        return RowError(f"row {self.run_id}: column {column!r}: {msg}")
+
+    def text(self, column: str, required: bool = False) -> str:
+        value = self.row.get(column)
+        if value is None:
+            if required:
+                raise self.fail(column, "missing (no such column in this row)")
+            return ""
+        value = value.strip()
+        if required and not value:
+            raise self.fail(column, "is empty; it is required")
+        return value
+
+    def int_(self, column: str, required: bool = False) -> int | None:
+        value = self.text(column, required)
+        if not value or value.lower() in ("n/a", "na", "-"):
+            if required:
+                raise self.fail(column, f"{value!r} is not an integer")
+            return None
+        try:
+            number = float(value)
+        except ValueError:
+            raise self.fail(column, f"{value!r} is not an integer") from None
+        if number != int(number):
+            raise self.fail(column, f"{value!r} is not an integer")
+        return int(number)
+
+    def float_(self, column: str) -> float | None:
+        value = self.text(column)
+        if not value:
+            return None
+        try:
+            return float(value)
+        except ValueError:
+            raise self.fail(column, f"{value!r} is not a number") from None
+
+
+# ---- one row ------------------------------------------------------------------------
+def parse_row(row: Mapping[str, str | None], line: int | None = None) -> PublishedRun:
+    """One CSV row as a PublishedRun (spec or error, never an exception)."""
+    run_id = (row.get("run_id") or "").strip() or f"line {line}"
+    r = _Row(row, run_id)
+    notes: list[str] = []
+    base = dict(run_id=run_id, row=dict(row), source=r.text("source"), gpu=r.text("gpu"),
+                precision=r.text("precision"),
+                is_moe=r.text("arch").lower() == "moe" or bool(r.text("num_experts")))
+    try:
+        measured = Measured(**{k: r.float_(col) for k, col in _MEASURED})
+    except RowError as exc:
+        return PublishedRun(**base, spec=None, error=str(exc), measured=Measured())
+    preset = hw_name = None
+    try:
+        model, preset = _model(r, notes)
+        cluster, hw_name = _cluster(r, notes)
+        parallel = _parallel(r, model, cluster.world_size, notes)
+        train = _train(r, parallel, cluster.world_size, measured, notes)
+        spec = RunSpec(model=model, parallel=parallel, train=train, cluster=cluster)
+    except RowError as exc:
+        return PublishedRun(**base, spec=None, error=str(exc), measured=measured,
+                            model_preset=preset, hardware_preset=hw_name, notes=tuple(notes))
+    except ValueError as exc:  # a spec rule the row's layout breaks
+        return PublishedRun(**base, spec=None, error=f"row {run_id}: {exc}",
+                            measured=measured, model_preset=preset,
+                            hardware_preset=hw_name, notes=tuple(notes))
+    if spec.layout.how == "balanced":
+        notes.append(f"{spec.layout.describe()} (chosen: layers do not divide pp*vpp and "
+                     "the row gives no layout)")
+    return PublishedRun(**base, spec=spec, error=None, measured=measured,
+                        model_preset=preset, hardware_preset=hw_name, notes=tuple(notes))
+
+
+def _model(r: _Row, notes: list[str]) -> tuple[ModelSpec, str | None]:
+    name = r.text("model", required=True)
+    preset = match_model_preset(name)
+    norm = normalize_model_name(name)
+    if preset is not None:
+        fields = model_preset(preset)
+        notes.append(f"model {name!r} -> preset {preset}")
+    elif norm.startswith(_GPT_FAMILIES):
+        fields = {"name": norm, **GPT_DEFAULTS}
+        notes.append(f"model {name!r}: no preset; Megatron GPT defaults (4*hidden FFN "
+                     "unless given, MHA unless kv_heads given, GeLU, LayerNorm, biases, "
+                     "learned absolute positions, untied embeddings as the published "
+                     "parameter counts imply)")
+    else:
+        raise r.fail("model", f"{name!r} matches no model preset (normalised {norm!r}; "
+                     f"presets: {', '.join(list_presets('model'))}) and is not a family "
+                     "buildable from the columns alone (MegatronGPT-*)")
+    for column, key in _MODEL_COLUMNS:
+        value = r.int_(column)
+        if value is None:
+            continue
+        if preset is not None and key in fields and fields[key] != value:
+            notes.append(f"{key}={value} from column {column!r} (preset {preset} has "
+                         f"{fields[key]})")
+        fields[key] = value
+    for column, key in (("layers", "num_layers"), ("hidden", "hidden_size"),
+                        ("heads", "num_attention_heads")):
+        if fields.get(key) is None:
+            raise r.fail(column, "is empty and no preset supplies it")
+    if preset is not None and not r.text("vocab") and "vocab_size" in fields:
+        notes.append(f"vocab empty: vocab_size={fields['vocab_size']} from preset {preset}")
+    seq = r.int_("seq_len", required=True)
+    if fields.get("position_embedding_type") == "learned_absolute":
+        if fields.get("max_position_embeddings", 0) < seq:
+            fields["max_position_embeddings"] = seq
+            notes.append(f"max_position_embeddings={seq} (learned position table sized to "
+                         "the run's sequence length)")
+    try:
+        return ModelSpec(**fields), preset
+    except ValueError as exc:
+        raise RowError(f"row {r.run_id}: {exc}") from None
+
+
+def _cluster(r: _Row, notes: list[str]) -> tuple[ClusterSpec, str]:
+    gpu = r.text("gpu", required=True)
+    hw_name = hardware_preset_name(gpu)
+    try:
+        hw = hardware_preset(hw_name)
+    except ValueError as exc:
+        raise r.fail("gpu", f"{gpu!r} -> {exc}") from None
+    num_gpus = r.int_("num_gpus", required=True)
+    if num_gpus < 1:
+        raise r.fail("num_gpus", f"{num_gpus} must be positive")
+    per_node = hw.gpus_per_node
+    if num_gpus % per_node == 0:
+        return ClusterSpec(hardware=hw, num_nodes=num_gpus // per_node), hw_name
+    if num_gpus < per_node:
+        notes.append(f"num_gpus={num_gpus} < {per_node} GPUs per {hw_name} node: one "
+                     f"partial node of {num_gpus}")
+        return ClusterSpec(hardware=hw, num_nodes=1, gpus_per_node=num_gpus), hw_name
+    raise r.fail("num_gpus", f"{num_gpus} is neither a multiple of the {per_node} GPUs of "
+                 f"a {hw_name} node nor smaller than one node")
+
+
+_LAYOUT_INTS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
+_LAYOUT_FLAGS = ("account_for_embedding_in_pipeline_split",
+                 "account_for_loss_in_pipeline_split")
+
+
+def _layout_from_notes(text: str) -> dict:
+    """Uneven pipeline layout written in a row's notes with Megatron-LM's flag names,
+    e.g. 'decoder_first_pipeline_num_layers=3' or 'pipeline_layout=[4,4,3]'."""
+    found: dict = {}
+    for key in _LAYOUT_INTS:
+        m = re.search(rf"{key}\s*[=:]\s*(\d+)", text)
+        if m:
+            found[key] = int(m.group(1))
+    for key in _LAYOUT_FLAGS:
+        if key in text:
+            found[key] = True
+    m = re.search(r"pipeline_layout\s*[=:]\s*\[?\s*(\d+(?:\s*,\s*\d+)*)", text)
+    if m:
+        found["pipeline_layout"] = tuple(int(v) for v in m.group(1).split(","))
+    return found
+
+
+def _parallel(r: _Row, model: ModelSpec, world: int, notes: list[str]) -> ParallelSpec:
+    tp = r.int_("tp", required=True)
+    pp = r.int_("pp", required=True)
+    vp_text = r.text("vp")
+    vpp = r.int_("vp") or 1
+    if not vp_text and pp > 1:
+        notes.append("vp empty (not stated): no interleaving assumed")
+    cp = r.int_("cp")
+    ep = r.int_("ep")
+    if cp is None:
+        cp = 1
+        notes.append("cp empty: 1 assumed")
+    ep = 1 if ep is None else ep
+    etp = r.int_("etp")
+    if etp is None and model.is_moe:
+        etp = 1
+        notes.append("etp empty: expert_tensor_parallel_size=1 (the Megatron-Bridge / NeMo "
+                     "MoE recipes' setting)")
+    for column, v in (("tp", tp), ("pp", pp), ("vp", vpp), ("cp", cp), ("ep", ep)):
+        if v < 1:
+            raise r.fail(column, f"{v} must be positive")
+    mp = tp * pp * cp
+    if world % mp:
+        raise r.fail("num_gpus", f"{world} GPUs are not divisible by tp*pp*cp="
+                     f"{tp}*{pp}*{cp}={mp}")
+    dp = world // mp
+    dp_col = r.int_("dp")
+    if dp_col is not None and dp_col != dp:
+        raise r.fail("dp", f"{dp_col} differs from num_gpus/(tp*pp*cp)={world}/{mp}={dp}")
+    kwargs: dict = dict(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp,
+                        sequence_parallel=tp > 1)
+    if tp > 1:
+        notes.append("sequence_parallel=True (tp>1: required by megatron-core for MoE, "
+                     "default of the NeMo/Megatron-Bridge recipes for dense models)")
+    sharding = r.text("fsdp_or_zero").lower()
+    if sharding.startswith("fsdp") or "zero2" in sharding or "zero3" in sharding:
+        kwargs["fsdp"] = True
+        if "zero2" in sharding:
+            notes.append(f"fsdp_or_zero={sharding!r}: modelled as full FSDP (ParallelSpec "
+                         "has no ZeRO-2 mode)")
+    elif sharding in ("", "none", "none(ddp)", "ddp") or sharding.startswith(
+            ("zero1", "distributed-optimizer")):
+        kwargs["use_distributed_optimizer"] = True
+        if not sharding.startswith(("zero1", "distributed-optimizer")):
+            notes.append(f"fsdp_or_zero={sharding or '(empty)'}: Megatron DDP with the "
+                         "distributed optimizer (default of these recipes; not stated)")
+    else:
+        raise r.fail("fsdp_or_zero", f"{sharding!r} is not one of fsdp*, zero1, "
+                     "distributed-optimizer*, none(ddp), none")
+    layout = _layout_from_notes(r.text("notes"))
+    if layout:
+        kwargs.update(layout)
+        notes.append(f"pipeline layout from the row's notes: {layout}")
+    try:
+        return ParallelSpec(**kwargs)
+    except ValueError as exc:
+        raise RowError(f"row {r.run_id}: {exc}") from None
+
+
+def _train(r: _Row, par: ParallelSpec, world: int, measured: Measured,
+           notes: list[str]) -> TrainSpec:
+    seq = r.int_("seq_len", required=True)
+    dp = world // par.model_parallel_size
+    mbs = r.int_("mbs")
+    if mbs is None:
+        mbs = 1
+        notes.append("mbs empty: micro_batch_size=1 assumed")
+    per_step = mbs * dp
+    gbs = r.int_("gbs")
+    if gbs is None:
+        gbs = _derive_gbs(r, per_step, par.pp, world, seq, measured, notes)
+    precision = r.text("precision").lower()
+    if not precision:
+        precision = "bf16"
+        notes.append("precision empty: bf16 assumed")
+    elif precision == "fp16":
+        notes.append("precision fp16: computed at the bf16 peak (same tensor-core rate)")
+    elif precision not in ("bf16", "fp8", "fp32"):
+        raise r.fail("precision", f"{precision!r} is not one of bf16, fp8, fp16, fp32")
+    if precision == "fp8":
+        notes.append("fp8_recipe=tensorwise assumed (recipe in the row's notes, if any, "
+                     "is not parsed)")
+    recompute = r.text("recompute").lower()
+    kwargs: dict = {}
+    if recompute == "full":
+        kwargs = dict(recompute_granularity="full", recompute_method="uniform",
+                      recompute_num_layers=1)
+    elif recompute == "selective":
+        kwargs = dict(recompute_granularity="selective")
+    elif recompute == "":
+        notes.append("recompute empty (not stated): none assumed")
+    elif recompute != "none":
+        raise r.fail("recompute", f"{recompute!r} is not one of full, selective, none")
+    try:
+        return TrainSpec(seq_length=seq, micro_batch_size=mbs, global_batch_size=gbs,
+                         precision=precision, **kwargs)
+    except ValueError as exc:
+        raise RowError(f"row {r.run_id}: {exc}") from None
+
+
+def _derive_gbs(r: _Row, per_step: int, pp: int, world: int, seq: int,
+                measured: Measured, notes: list[str]) -> int:
+    if measured.step_time_s and measured.tokens_per_s_per_gpu:
+        sequences = measured.step_time_s * measured.tokens_per_s_per_gpu * world / seq
+        gbs = max(1, round(sequences / per_step)) * per_step
+        notes.append(f"gbs empty: {gbs} derived from measured step time x tokens/s/GPU x "
+                     f"GPUs / seq_len ({sequences:.1f} sequences, rounded to a multiple "
+                     f"of mbs*dp={per_step})")
+        return gbs
+    m = re.search(r"\bgbs\b[^;]*?\bdefault\s+(\d+)", r.text("notes"), re.IGNORECASE)
+    if m and int(m.group(1)) % per_step == 0:
+        gbs = int(m.group(1))
+        notes.append(f"gbs empty: {gbs}, the default named in the row's notes")
+        return gbs
+    num_micro = DEFAULT_MICROBATCHES_PER_STAGE * pp
+    gbs = per_step * num_micro
+    notes.append(f"gbs empty: {gbs} = mbs*dp={per_step} x {num_micro} microbatches "
+                 f"(DEFAULT_MICROBATCHES_PER_STAGE={DEFAULT_MICROBATCHES_PER_STAGE} x pp)")
+    return gbs
+
+
+# ---- files --------------------------------------------------------------------------
+def read_runs(path: str | Path = DEFAULT_PATH) -> list[PublishedRun]:
+    """Every row of a published-runs CSV (measured_* columns may be absent)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"runs={str(path)!r}: no such file")
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if not reader.fieldnames or "run_id" not in reader.fieldnames:
+            raise ValueError(f"{path}: not a published-runs CSV (no 'run_id' column in the "
+                             "header)")
+        return [parse_row(row, line=reader.line_num) for row in reader]
