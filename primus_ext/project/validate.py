@@ -14,6 +14,7 @@ from primus_ext.compute.model_flops import model_flops_per_token
 @dataclass(frozen=True, slots=True)
 class RowResult:
     run_id: str
+    model: str
     source: str
     gpu: str
     arch: str  # dense | moe
@@ -51,7 +52,7 @@ def project_run(run, calibration, project_fn=None) -> RowResult:
         except ValueError as exc:
             err = str(exc)
     tokens, how = measured_tokens(run)
-    return RowResult(run_id=run.run_id, source=run.source, gpu=run.gpu,
+    return RowResult(run_id=run.run_id, model=run.row.get("model", ""), source=run.source, gpu=run.gpu,
                      arch="moe" if run.is_moe else "dense", precision=run.precision or "",
                      estimate=est, error=err, measured_tokens_per_s_per_gpu=tokens,
                      measured_from=how)

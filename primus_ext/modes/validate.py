@@ -1,0 +1,80 @@
+"""mode=validate: project every row of a published-runs CSV and report the errors.
+
+Writes ``out=`` (one row per input row) when given; prints per-row errors and the
+median / 90th-percentile absolute error of tokens/s/GPU overall, per GPU kind, dense vs
+MoE and per precision when measured columns exist.
+"""
+from __future__ import annotations
+
+import csv
+import io
+
+from primus_ext.emit.console import gib, print_json, print_table
+from primus_ext.project.calibration import load_calibration
+from primus_ext.project.validate import project_run, summarize
+from primus_ext.published import DEFAULT_PATH, read_runs
+from primus_ext.util.files import atomic_write_text
+
+COLUMNS = ("run_id", "tokens_per_s_per_gpu", "step_time_s", "tflops_per_gpu", "mfu",
+           "peak_memory_gib", "fits", "error", "measured_tokens_per_s_per_gpu",
+           "rel_error")
+
+
+def runs_path(cfg):
+    runs = cfg.get("runs") or "default"
+    return DEFAULT_PATH if runs == "default" else runs
+
+
+def validate(path, calibration="default"):
+    calib = load_calibration(calibration)
+    return [project_run(run, calib) for run in read_runs(path)]
+
+
+def row_dict(r) -> dict:
+    e = r.estimate
+    return {
+        "run_id": r.run_id,
+        "tokens_per_s_per_gpu": round(e.tokens_per_s_per_gpu, 2) if e else "",
+        "step_time_s": round(e.step_time_s, 5) if e else "",
+        "tflops_per_gpu": round(e.tflops_per_gpu, 2) if e else "",
+        "mfu": round(e.mfu, 4) if e else "",
+        "peak_memory_gib": round(gib(e.peak_memory_bytes), 2) if e else "",
+        "fits": e.fits if e else "",
+        "error": r.error or "",
+        "measured_tokens_per_s_per_gpu": (round(r.measured_tokens_per_s_per_gpu, 2)
+                                          if r.measured_tokens_per_s_per_gpu else ""),
+        "rel_error": round(r.rel_error, 4) if r.rel_error is not None else "",
+    }
+
+
+def write_csv(results, out) -> None:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS)
+    w.writeheader()
+    for r in results:
+        w.writerow(row_dict(r))
+    atomic_write_text(out, buf.getvalue())
+
+
+def run(cfg) -> dict:
+    results = validate(runs_path(cfg), cfg.get("calibration", "default"))
+    if cfg.get("out"):
+        write_csv(results, cfg.out)
+    summary = summarize(results)
+    out = {"rows": [row_dict(r) for r in results],
+           "summary": [{"group": g, "rows": n, "median_abs_error": med, "p90_abs_error": p90}
+                       for g, n, med, p90 in summary]}
+    if cfg.output == "json":
+        print_json(out)
+        return out
+    print_table("projected vs measured tokens/s/GPU",
+                ["run", "gpu", "model", "projected", "measured", "error", "note"],
+                [(r.run_id, r.gpu, r.model,
+                  r.estimate.tokens_per_s_per_gpu if r.estimate else None,
+                  r.measured_tokens_per_s_per_gpu,
+                  f"{r.rel_error:+.1%}" if r.rel_error is not None else "",
+                  (r.error or ("from TFLOP/s" if r.measured_from == "tflops" else ""))[:60])
+                 for r in results])
+    print_table("absolute error of tokens/s/GPU", ["group", "rows", "median", "p90"],
+                [(g, n, f"{med:.1%}", f"{p90:.1%}") for g, n, med, p90 in summary])
+    return out
