@@ -28,15 +28,44 @@ class HardwareSpec:
     scale_up_domain_gpus: int = 8  # GPUs in one NVLink / Infinity Fabric domain
     scale_up_gbps: float  # per-GPU unidirectional scale-up bandwidth, GB/s
     scale_out_gbps: float  # per-GPU NIC bandwidth, GB/s (400 Gb/s -> 50)
+    # Base latency of a small p2p transfer or collective launch inside the scale-up
+    # domain / over the network (the per-step hop latencies are added on top).
     scale_up_latency_s: float = 3e-6
     scale_out_latency_s: float = 10e-6
-    # Physical efficiency constants (defaults are priors; calibration refines them).
-    gemm_efficiency: float = 0.80  # large-GEMM fraction of dense peak
-    attention_efficiency: float = 0.55  # flash-attention fraction of bf16 peak
-    hbm_efficiency: float = 0.80  # achieved fraction of HBM bandwidth
-    scale_up_efficiency: float = 0.75  # achieved fraction of link bandwidth (bus bw)
-    scale_out_efficiency: float = 0.75
+    # Physical efficiency constants (defaults are priors; calibration refines them). The
+    # models that use them are in primus_ext/compute/gemm.py, attention.py, kernels.py and
+    # primus_ext/comm/collectives.py; per-hardware priors with their sources are in the
+    # hydra_conf/hardware/*.yaml presets.
+    # GEMM: t = max(F_padded / (peak * eff), A+B bytes / hbm) + C bytes / hbm + fill.
+    gemm_efficiency: float = 0.80  # asymptotic BF16/FP16/TF32 GEMM fraction of dense peak
+    fp8_gemm_efficiency: float = 0.70  # asymptotic FP8 GEMM fraction of the FP8 peak
+    grouped_gemm_efficiency: float = 0.70  # grouped (MoE) kernel rate / dense kernel rate
+    gemm_misaligned_efficiency: float = 0.70  # rate factor when a weight dim % 64 != 0
+    gemm_tile: int = 128  # output tile edge: M and N are padded up to multiples of it
+    gemm_fill_s: float = 2.5e-6  # per-GEMM pipeline fill/drain on top of kernel_overhead_s
+    # Attention: eff = attention_efficiency * d/(d+d_half) * k/(k+k_half) * n/(n+n_half).
+    attention_efficiency: float = 0.55  # flash-attention forward asymptote (bf16 peak)
+    attention_bwd_efficiency: float = 0.50  # flash-attention backward asymptote
+    attention_half_head_dim: float = 32.0  # head dim at which the head-dim factor is 1/2
+    attention_half_keys: float = 256.0  # keys per query (per kernel) at half efficiency
+    attention_half_tiles: float = 256.0  # batch*heads*128-query tiles at half efficiency
+    # Memory-bound kernels.
+    hbm_efficiency: float = 0.80  # achieved fraction of HBM bandwidth (fused elementwise)
+    gather_hbm_efficiency: float = 0.50  # the same for gathers/scatters (MoE permute)
     kernel_overhead_s: float = 4e-6  # launch and tail per kernel
+    # Collectives: busbw(S) = link * eff * max(ll_fraction, S / (S + half_bytes)); the
+    # ll_fraction floor applies to the scale-up tier only (comm/collectives.py).
+    scale_up_efficiency: float = 0.75  # ring all-reduce / all-gather bus bw / link bw
+    scale_up_a2a_efficiency: float = 0.70  # all-to-all bus bw / link bw
+    scale_out_efficiency: float = 0.75  # achieved fraction of the per-GPU NIC bandwidth
+    scale_up_half_bytes: float = 8e6  # message bytes at half of peak bus bw (scale-up)
+    scale_out_half_bytes: float = 8e6  # the same on the NICs
+    ll_bandwidth_fraction: float = 0.5  # low-latency protocol bw / peak (NCCL LL: 1/2)
+    scale_up_hop_latency_s: float = 0.6e-6  # per ring step inside the domain
+    scale_out_hop_latency_s: float = 2.7e-6  # per ring step over the network
+    a2a_peer_latency_s: float = 0.5e-6  # per peer of an all-to-all
+    scale_up_mesh: bool = False  # True: point-to-point links, no switch (AMD xGMI)
+    comm_overlap_penalty: float = 0.10  # compute lost per second of overlapped comm (SMs)
     tdp_w: float | None = None
 
     def __post_init__(self) -> None:
@@ -48,13 +77,27 @@ class HardwareSpec:
         positive(_OWNER, "hbm_bytes", self.hbm_bytes)
         positive(_OWNER, "gpus_per_node", self.gpus_per_node)
         positive(_OWNER, "scale_up_domain_gpus", self.scale_up_domain_gpus)
-        for f in ("gemm_efficiency", "attention_efficiency", "hbm_efficiency",
-                  "scale_up_efficiency", "scale_out_efficiency"):
+        for f in ("gemm_efficiency", "fp8_gemm_efficiency", "grouped_gemm_efficiency",
+                  "gemm_misaligned_efficiency", "attention_efficiency",
+                  "attention_bwd_efficiency", "hbm_efficiency", "gather_hbm_efficiency",
+                  "scale_up_efficiency", "scale_up_a2a_efficiency", "scale_out_efficiency",
+                  "ll_bandwidth_fraction"):
             v = getattr(self, f)
             if not 0 < v <= 1:
                 raise ValueError(f"hardware.{f}={v} must be in (0, 1]")
-        for f in ("scale_up_latency_s", "scale_out_latency_s", "kernel_overhead_s"):
+        positive(_OWNER, "gemm_tile", self.gemm_tile)
+        for f in ("attention_half_head_dim", "attention_half_keys", "attention_half_tiles",
+                  "scale_up_half_bytes", "scale_out_half_bytes"):
+            v = getattr(self, f)
+            non_negative(_OWNER, f, v)
+        for f in ("scale_up_latency_s", "scale_out_latency_s", "kernel_overhead_s",
+                  "gemm_fill_s", "scale_up_hop_latency_s", "scale_out_hop_latency_s",
+                  "a2a_peer_latency_s"):
             non_negative(_OWNER, f, getattr(self, f))
+        v = self.comm_overlap_penalty
+        non_negative(_OWNER, "comm_overlap_penalty", v)
+        if v > 1:
+            raise ValueError(f"hardware.comm_overlap_penalty={v} must be at most 1")
 
     def peak_tflops(self, precision: str) -> float:
         """Dense peak for a run's precision (fp8 falls back to bf16 where there is none)."""

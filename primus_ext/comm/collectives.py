@@ -1,0 +1,165 @@
+"""Collective cost model: alpha-beta per link tier with a message-size-dependent bus bandwidth.
+
+Two tiers: *scale-up* (NVLink / xGMI inside a domain) and *scale-out* (the NICs, one per
+GPU, rail-optimised). On one tier, moving ``S`` bytes costs::
+
+    S / busbw(S),   busbw(S) = link_gbps * eff * max(ll_fraction, S / (S + S_half))
+
+The saturating term is the Simple protocol (bandwidth grows with the message until
+pipelining fills every channel); the floor (scale-up tier only) is the low-latency
+protocol, which NCCL caps at half the Simple bandwidth but which starts at once. On 8x MI300X this form with
+``S_half = 8 MB`` and a 13 us floor reproduces the rccl-tests all-reduce sweep from 256 KB
+to 16 GB within about 15% (achievable-performance.md 4.2). A collective adds a base
+latency (``*_latency_s``: launch and the first hop) and per-step hop latencies (NCCL's
+tuning model, 4.2: ring steps pay a hop each, inter-node steps at network cost).
+
+Algorithms (``n`` ranks over ``k`` domains, at most ``g`` ranks per domain; ``S`` the full
+buffer, as nccl-tests counts it):
+
+- ring all-reduce ``2(n-1)/n * S``; reduce-scatter / all-gather ``(n-1)/n * S``; a flat
+  ring that leaves the domain runs at ``min(busbw_up, g * busbw_out)`` (one ring per NIC);
+- hierarchical (k > 1): the intra-domain reduce-scatter / all-gather on the scale-up tier
+  and the inter-domain step on the ``S/g`` shard over the NICs, pipelined (the slower of
+  the two; the 4-node B200 measurement sits at this bound, 4.2), the inter step a ring or
+  (all-reduce) a double binary tree, whichever has fewer hops;
+- all-to-all: of the ``S`` bytes a rank holds, ``S(g-1)/n`` go over the scale-up links and
+  ``S(n-g)/n`` over its NIC, concurrently; latency grows by ``a2a_peer_latency_s`` a peer;
+- p2p: one transfer over the tier that joins the two ranks.
+
+On a mesh (``scale_up_mesh``, AMD xGMI: one link per GPU pair, no switch) a group of ``g``
+of the ``N`` GPUs of a domain uses ``g-1`` of the ``N-1`` links of each GPU, and a pair one.
+Each algorithm's time is monotone in bytes and never grows with any bandwidth; the model
+takes the cheapest algorithm, which keeps both properties.
+"""
+from __future__ import annotations
+
+from math import ceil, log2
+
+from primus_ext.comm.groups import GroupSpan
+from primus_ext.spec.hardware import HardwareSpec
+
+
+def _xfer_s(nbytes: float, peak_bps: float, half: float, ll: float) -> float:
+    """Seconds to move ``nbytes`` through one tier at the size-dependent bus bandwidth."""
+    if nbytes <= 0:
+        return 0.0
+    return nbytes / (peak_bps * max(ll, nbytes / (nbytes + half)))
+
+
+def _mesh_share(hw: HardwareSpec, span: GroupSpan, ranks: int) -> float:
+    """Fraction of a GPU's scale-up bandwidth a group with ``ranks`` per domain can use."""
+    if not hw.scale_up_mesh or span.domain_size <= 1:
+        return 1.0
+    return max(ranks - 1, 1) / (span.domain_size - 1)
+
+
+def _up_bps(hw: HardwareSpec, span: GroupSpan, a2a: bool = False) -> float:
+    eff = hw.scale_up_a2a_efficiency if a2a else hw.scale_up_efficiency
+    return hw.scale_up_gbps * 1e9 * eff * _mesh_share(hw, span, span.ranks_per_domain)
+
+
+def _out_bps(hw: HardwareSpec) -> float:
+    return hw.scale_out_gbps * 1e9 * hw.scale_out_efficiency
+
+
+def _up(hw: HardwareSpec, span: GroupSpan, nbytes: float, a2a: bool = False) -> float:
+    return _xfer_s(nbytes, _up_bps(hw, span, a2a), hw.scale_up_half_bytes,
+                   hw.ll_bandwidth_fraction)
+
+
+def _out(hw: HardwareSpec, nbytes: float, nics: int = 1) -> float:
+    # No low-latency floor over the network: there NCCL's LL protocols move far less
+    # than half the Simple bandwidth (the 4-node B200 sweep, 4.2, shows 12-16% of the NIC
+    # at 2 MB per GPU), which the saturating term alone reproduces with S_half ~ 10 MB.
+    return _xfer_s(nbytes, _out_bps(hw) * nics, hw.scale_out_half_bytes, 0.0)
+
+
+def _flat_ring_s(hw: HardwareSpec, span: GroupSpan, moved: float) -> float:
+    """Bandwidth term of a flat ring crossing domains: every ring crosses each boundary
+    once, one ring per NIC of the domain, so the bottleneck is min(up, g * out)."""
+    if span.ranks_per_domain <= 1:
+        return _out(hw, moved)
+    return max(_up(hw, span, moved), _out(hw, moved, nics=span.ranks_per_domain))
+
+
+def all_reduce_s(hw: HardwareSpec, span: GroupSpan, nbytes: float) -> float:
+    n = span.size
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    k, g = span.num_domains, span.ranks_per_domain
+    if k == 1:
+        return (hw.scale_up_latency_s + 2 * (n - 1) * hw.scale_up_hop_latency_s
+                + _up(hw, span, 2 * (n - 1) / n * nbytes))
+    base = hw.scale_out_latency_s
+    flat = (base + 2 * (n - k) * hw.scale_up_hop_latency_s
+            + 2 * (k - 1) * hw.scale_out_hop_latency_s
+            + _flat_ring_s(hw, span, 2 * (n - 1) / n * nbytes))
+    inter_hops = min(2 * (k - 1), 2 * ceil(log2(k)))  # ring or double binary tree
+    hier = (base + 2 * (g - 1) * hw.scale_up_hop_latency_s
+            + inter_hops * hw.scale_out_hop_latency_s
+            + max(_up(hw, span, 2 * (g - 1) / g * nbytes),
+                  _out(hw, 2 * (k - 1) / k * nbytes / g)))
+    return min(flat, hier)
+
+
+def reduce_scatter_s(hw: HardwareSpec, span: GroupSpan, nbytes: float) -> float:
+    """Reduce-scatter of an ``nbytes`` buffer (each rank keeps ``nbytes / n``)."""
+    n = span.size
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    k, g = span.num_domains, span.ranks_per_domain
+    if k == 1:
+        return (hw.scale_up_latency_s + (n - 1) * hw.scale_up_hop_latency_s
+                + _up(hw, span, (n - 1) / n * nbytes))
+    base = hw.scale_out_latency_s
+    flat = (base + (n - k) * hw.scale_up_hop_latency_s + (k - 1) * hw.scale_out_hop_latency_s
+            + _flat_ring_s(hw, span, (n - 1) / n * nbytes))
+    hier = (base + (g - 1) * hw.scale_up_hop_latency_s + (k - 1) * hw.scale_out_hop_latency_s
+            + max(_up(hw, span, (g - 1) / g * nbytes), _out(hw, (k - 1) / k * nbytes / g)))
+    return min(flat, hier)
+
+
+def all_gather_s(hw: HardwareSpec, span: GroupSpan, nbytes: float) -> float:
+    """All-gather into an ``nbytes`` buffer (each rank contributes ``nbytes / n``): the
+    mirror of a reduce-scatter, same traffic and steps."""
+    return reduce_scatter_s(hw, span, nbytes)
+
+
+def all_to_all_s(hw: HardwareSpec, span: GroupSpan, nbytes: float) -> float:
+    """All-to-all where each rank holds ``nbytes`` (its own slice included)."""
+    n = span.size
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    g = span.ranks_per_domain
+    base = hw.scale_up_latency_s if span.num_domains == 1 else hw.scale_out_latency_s
+    t_up = _up(hw, span, nbytes * (g - 1) / n, a2a=True)
+    t_out = _out(hw, nbytes * (n - g) / n)
+    return base + (n - 1) * hw.a2a_peer_latency_s + max(t_up, t_out)
+
+
+def p2p_s(hw: HardwareSpec, nbytes: float, *, cross_domain: bool,
+          domain_size: int = 8) -> float:
+    """One send/recv of ``nbytes`` between two ranks (inside a domain or across)."""
+    if nbytes <= 0:
+        return 0.0
+    if cross_domain:
+        return hw.scale_out_latency_s + _out(hw, nbytes)
+    bps = hw.scale_up_gbps * 1e9 * hw.scale_up_efficiency
+    if hw.scale_up_mesh and domain_size > 1:
+        bps /= domain_size - 1  # one xGMI link between a pair
+    return hw.scale_up_latency_s + _xfer_s(nbytes, bps, hw.scale_up_half_bytes,
+                                           hw.ll_bandwidth_fraction)
+
+
+def collective_s(hw: HardwareSpec, span: GroupSpan, collective: str, nbytes: float) -> float:
+    """Dispatch by name (``all_reduce``, ``reduce_scatter``, ``all_gather``, ``all_to_all``)."""
+    if collective == "all_reduce":
+        return all_reduce_s(hw, span, nbytes)
+    if collective == "reduce_scatter":
+        return reduce_scatter_s(hw, span, nbytes)
+    if collective == "all_gather":
+        return all_gather_s(hw, span, nbytes)
+    if collective == "all_to_all":
+        return all_to_all_s(hw, span, nbytes)
+    raise ValueError(f"collective {collective!r} is not one of all_reduce, reduce_scatter, "
+                     "all_gather, all_to_all")

@@ -1,0 +1,248 @@
+"""The collectives inside one layer, per microbatch, with the overlap rule applied.
+
+Overlap rules (``exposed_s`` in comm/overlap.py: hidden up to the window, the rest
+exposed, hidden time charged ``comm_overlap_penalty``):
+
+- **TP with SP** (megatron-core / TE, column-parallel QKV/fc1, row-parallel proj/fc2).
+  Forward: all-gather of the input before the column GEMM, reduce-scatter after the row
+  GEMM; exposed unless ``tp_comm_overlap``, which pipelines each with its GEMM (TE
+  userbuffers) so it hides up to that GEMM's time. Backward: the mirror all-gather of the
+  row layer's output gradient (hidden behind its dgrad only with ``tp_comm_overlap``);
+  the re-gather of the column layer's input for its wgrad overlaps its dgrad and the
+  reduce-scatter of its input gradient overlaps its wgrad -- always, as megatron-core
+  issues both asynchronously.
+- **TP without SP**: an all-reduce after the row GEMM in forward (exposed) and one of the
+  column layer's input gradient in backward, overlapped with its wgrad (megatron's async
+  grad all-reduce). TE's TP overlap needs SP, so ``tp_comm_overlap`` changes nothing here.
+- **CP p2p** (ring attention): ``cp - 1`` K/V exchanges per forward (K/V plus dK/dV in
+  backward), each overlapped with the attention step on the previous chunk.
+  **CP a2a** (Ulysses): Q, K, V in and O out per forward, the mirror in backward; exposed.
+- **EP**: token dispatch and combine all-to-alls (forward) and their mirrors (backward),
+  exposed: ParallelSpec has no switch for megatron's MoE a2a overlap
+  (``--overlap-moe-expert-parallel-comm``, ``--moe-shared-expert-overlap``). Expert TP
+  adds an all-gather of the received rows and a reduce-scatter of the expert outputs.
+- **FSDP** (built by the backend, which knows the layer's compute): per layer and
+  microbatch an all-gather of the parameters in forward and in backward and a
+  reduce-scatter of the gradients in backward, prefetched / issued while the layer
+  computes, so each hides behind that layer's compute of the same phase.
+
+Each CommOp is paired with the megatron module it belongs to, so a recomputed module
+re-issues its forward collectives (see compute/backend.py).
+"""
+from __future__ import annotations
+
+from primus_ext.comm.collectives import all_gather_s, collective_s, p2p_s
+from primus_ext.comm.groups import group_span
+from primus_ext.comm.overlap import exposed_s
+from primus_ext.compute.ops import OpCost, Shapes
+from primus_ext.project.costs import CommOp
+from primus_ext.spec.run import RunSpec
+
+Tagged = tuple[CommOp, str]  # (collective, module)
+
+
+def _comm(spec: RunSpec, name: str, axis: str, coll: str, nbytes: float, phase: str,
+          window: float | None, module: str, times: int = 1) -> Tagged:
+    span = group_span(spec, axis)
+    hw = spec.cluster.hardware
+    one = collective_s(hw, span, coll, nbytes)
+    secs = one * times
+    exp = times * exposed_s(hw, one, None if window is None else window / times)
+    return (CommOp(name=name, axis=axis, collective=coll, num_bytes=int(nbytes * times),
+                   group_size=span.size, phase=phase, seconds=secs, exposed_s=exp), module)
+
+
+def tp_pair(spec: RunSpec, sh: Shapes, ops: dict[str, OpCost], col: list[str], row: str,
+            col_module: str, row_module: str, prefix: str,
+            in_bytes: float | None = None) -> list[Tagged]:
+    """TP collectives around a column-parallel op group ``col`` and a row-parallel ``row``."""
+    if sh.tp == 1:
+        return []
+    par = spec.parallel
+    nbytes = sh.tokens * sh.hidden * sh.act_bytes
+    in_bytes = nbytes if in_bytes is None else in_bytes
+    ov = par.tp_comm_overlap
+    c_f = sum(ops[c].fwd_s for c in col)
+    c_d = sum(ops[c].dgrad_s for c in col)
+    c_w = sum(ops[c].wgrad_s for c in col)
+    r = ops[row]
+    if not par.sequence_parallel:
+        return [_comm(spec, f"{prefix}.tp_all_reduce", "tp", "all_reduce", nbytes, "fwd",
+                      None, row_module),
+                _comm(spec, f"{prefix}.tp_all_reduce_dgrad", "tp", "all_reduce", in_bytes,
+                      "bwd", c_w, col_module)]
+    out = []
+    if col:
+        out.append(_comm(spec, f"{prefix}.tp_all_gather", "tp", "all_gather", in_bytes,
+                         "fwd", c_f if ov else None, col_module))
+    out.append(_comm(spec, f"{prefix}.tp_reduce_scatter", "tp", "reduce_scatter", nbytes,
+                     "fwd", r.fwd_s if ov else None, row_module))
+    out.append(_comm(spec, f"{prefix}.tp_all_gather_dgrad", "tp", "all_gather", nbytes,
+                     "bwd", r.dgrad_s if ov else None, row_module))
+    if col:
+        out.append(_comm(spec, f"{prefix}.tp_all_gather_wgrad_input", "tp", "all_gather",
+                         in_bytes, "bwd", c_d, col_module))
+        out.append(_comm(spec, f"{prefix}.tp_reduce_scatter_dgrad", "tp", "reduce_scatter",
+                         in_bytes, "bwd", c_w, col_module))
+    return out
+
+
+def attention_comms(spec: RunSpec, sh: Shapes, ops: dict[str, OpCost]) -> list[Tagged]:
+    m = spec.model
+    out: list[Tagged] = []
+    if m.multi_latent_attention:
+        if m.q_lora_rank is not None and spec.parallel.sequence_parallel and sh.tp > 1:
+            # Down projections ran on the local shard; gather the latents, not x.
+            lat = sh.tokens * (m.q_lora_rank + m.kv_lora_rank + m.qk_pos_emb_head_dim)
+            lat *= sh.act_bytes
+            out.append(_comm(spec, "attn.tp_all_gather_latent", "tp", "all_gather", lat,
+                             "fwd", None, "qkv"))
+            out.append(_comm(spec, "attn.tp_reduce_scatter_latent_dgrad", "tp",
+                             "reduce_scatter", lat, "bwd", None, "qkv"))
+            out += tp_pair(spec, sh, ops, [], "proj", "qkv", "proj", "attn")
+        else:
+            col = ["q_proj" if m.q_lora_rank is None else "q_down", "kv_down"]
+            out += tp_pair(spec, sh, ops, col, "proj", "qkv", "proj", "attn")
+    else:
+        out += tp_pair(spec, sh, ops, ["qkv"], "proj", "qkv", "proj", "attn")
+    out += cp_comms(spec, sh, ops["core_attn"])
+    return out
+
+
+def cp_comms(spec: RunSpec, sh: Shapes, attn: OpCost) -> list[Tagged]:
+    cp = sh.cp
+    if cp == 1:
+        return []
+    m = spec.model
+    if m.multi_latent_attention:
+        kv_heads, d_k, d_v = sh.heads, m.qk_head_dim + m.qk_pos_emb_head_dim, m.v_head_dim
+    else:
+        kv_heads, d_k, d_v = sh.groups, sh.head_dim, sh.head_dim
+    ab, toks = sh.act_bytes, sh.tokens
+    kv = toks * kv_heads * (d_k + d_v) * ab
+    if spec.parallel.cp_comm_type == "a2a":
+        qo = toks * sh.heads * (d_k + d_v) * ab
+        return [_comm(spec, "attn.cp_all_to_all", "cp", "all_to_all", qo + kv, "fwd", None,
+                      "core_attn"),
+                _comm(spec, "attn.cp_all_to_all_bwd", "cp", "all_to_all", qo + kv, "bwd",
+                      None, "core_attn")]
+    span = group_span(spec, "cp")
+    hw = spec.cluster.hardware
+    out = []
+    for phase, nbytes, compute in (("fwd", kv, attn.fwd_s), ("bwd", 2 * kv, attn.dgrad_s)):
+        step = p2p_s(hw, nbytes, cross_domain=not span.intra_domain,
+                     domain_size=span.domain_size)
+        exp = (cp - 1) * exposed_s(hw, step, compute / cp)
+        out.append((CommOp(name=f"attn.cp_ring_p2p_{phase}", axis="cp", collective="p2p",
+                           num_bytes=int(nbytes * (cp - 1)), group_size=cp, phase=phase,
+                           seconds=(cp - 1) * step, exposed_s=exp), "core_attn"))
+    return out
+
+
+def mlp_comms(spec: RunSpec, sh: Shapes, ops: dict[str, OpCost], moe: bool
+              ) -> list[Tagged]:
+    if not moe:
+        return tp_pair(spec, sh, ops, ["fc1"], "fc2", "mlp", "mlp", "mlp")
+    m = spec.model
+    out: list[Tagged] = []
+    if m.moe_shared_expert_intermediate_size:
+        out += tp_pair(spec, sh, ops, ["shared_fc1"], "shared_fc2", "shared_experts",
+                       "shared_experts", "shared_experts")
+    tokens = sh.sp_tokens * m.moe_router_topk * sh.hidden * sh.act_bytes
+    if sh.ep > 1:
+        for name, phase in (("dispatch", "fwd"), ("combine", "fwd"),
+                            ("combine_bwd", "bwd"), ("dispatch_bwd", "bwd")):
+            out.append(_comm(spec, f"moe.ep_{name}", "ep", "all_to_all", tokens, phase, None,
+                             "moe"))
+    if sh.etp > 1:
+        rows = tokens * sh.etp
+        out.append(_comm(spec, "moe.etp_all_gather", "etp", "all_gather", rows, "fwd", None,
+                         "moe"))
+        out.append(_comm(spec, "moe.etp_reduce_scatter", "etp", "reduce_scatter", rows,
+                         "fwd", None, "moe"))
+        out.append(_comm(spec, "moe.etp_all_gather_dgrad", "etp", "all_gather", rows, "bwd",
+                         None, "moe"))
+        out.append(_comm(spec, "moe.etp_reduce_scatter_dgrad", "etp", "reduce_scatter",
+                         rows, "bwd", None, "moe"))
+    return out
+
+
+def embedding_comms(spec: RunSpec, sh: Shapes) -> list[Tagged]:
+    if sh.tp == 1:
+        return []
+    nbytes = sh.tokens * sh.hidden * sh.act_bytes
+    if spec.parallel.sequence_parallel:
+        return [_comm(spec, "embedding.tp_reduce_scatter", "tp", "reduce_scatter", nbytes,
+                      "fwd", None, "embedding"),
+                _comm(spec, "embedding.tp_all_gather_dgrad", "tp", "all_gather", nbytes,
+                      "bwd", None, "embedding")]
+    return [_comm(spec, "embedding.tp_all_reduce", "tp", "all_reduce", nbytes, "fwd", None,
+                  "embedding")]
+
+
+def output_comms(spec: RunSpec, sh: Shapes, ops: dict[str, OpCost]) -> list[Tagged]:
+    """Gather of the hidden states before the logits GEMM (under SP), its mirrors, and
+    the three small all-reduces of the vocab-parallel cross-entropy (max, target logit,
+    sum of exponentials) in fp32 per token."""
+    if sh.tp == 1:
+        return []
+    par = spec.parallel
+    nbytes = sh.tokens * sh.hidden * sh.act_bytes
+    o = ops["output_layer"]
+    out = []
+    if par.sequence_parallel:
+        out.append(_comm(spec, "output.tp_all_gather", "tp", "all_gather", nbytes, "fwd",
+                         o.fwd_s if par.tp_comm_overlap else None, "output"))
+        out.append(_comm(spec, "output.tp_all_gather_wgrad_input", "tp", "all_gather",
+                         nbytes, "bwd", o.dgrad_s, "output"))
+        out.append(_comm(spec, "output.tp_reduce_scatter_dgrad", "tp", "reduce_scatter",
+                         nbytes, "bwd", o.wgrad_s, "output"))
+    else:
+        out.append(_comm(spec, "output.tp_all_reduce_dgrad", "tp", "all_reduce", nbytes,
+                         "bwd", o.wgrad_s, "output"))
+    out.append(_comm(spec, "output.ce_tp_all_reduce", "tp", "all_reduce", sh.tokens * 4.0,
+                     "fwd", None, "output", times=3))
+    return out
+
+
+def mtp_glue_comms(spec: RunSpec, sh: Shapes) -> list[Tagged]:
+    """eh_proj: gather its 2h input and its h/tp output in forward, the mirrors in
+    backward (under SP); the embedding lookup's own reduction."""
+    out = embedding_comms(spec, sh)
+    if sh.tp == 1 or not spec.parallel.sequence_parallel:
+        return out
+    x2 = sh.tokens * 2 * sh.hidden * sh.act_bytes
+    y = sh.tokens * sh.hidden * sh.act_bytes
+    out.append(_comm(spec, "mtp.tp_all_gather", "tp", "all_gather", x2 + y, "fwd", None,
+                     "mtp"))
+    out.append(_comm(spec, "mtp.tp_reduce_scatter_dgrad", "tp", "reduce_scatter", x2 + y,
+                     "bwd", None, "mtp"))
+    return out
+
+
+def fsdp_comms(spec: RunSpec, dense_params: float, expert_params: float,
+               fwd_window: float, bwd_window: float, prefix: str) -> list[Tagged]:
+    """Per-layer FSDP collectives (one microbatch): parameters gathered in forward and
+    again in backward (resharded after forward), gradients reduce-scattered in fp32
+    (bf16 for fp16 runs), hidden behind the layer's own compute of the phase."""
+    if not spec.parallel.fsdp:
+        return []
+    hw = spec.cluster.hardware
+    pb = spec.train.param_bytes
+    gb = 2 if spec.train.precision == "fp16" else 4
+    out: list[Tagged] = []
+    for axis, n in (("dp_cp", dense_params), ("edp", expert_params)):
+        span = group_span(spec, axis)
+        if n <= 0 or span.size == 1:
+            continue
+        ag = all_gather_s(hw, span, n * pb)
+        rs = collective_s(hw, span, "reduce_scatter", n * gb)
+        ax = "dp" if axis == "dp_cp" else "edp"
+        for name, coll, secs, nbytes, phase, win in (
+                ("fsdp_all_gather", "all_gather", ag, n * pb, "fwd", fwd_window),
+                ("fsdp_all_gather_bwd", "all_gather", ag, n * pb, "bwd", bwd_window / 2),
+                ("fsdp_reduce_scatter", "reduce_scatter", rs, n * gb, "bwd", bwd_window / 2)):
+            out.append((CommOp(name=f"{prefix}.{name}_{ax}", axis=ax, collective=coll,
+                               num_bytes=int(nbytes), group_size=span.size, phase=phase,
+                               seconds=secs, exposed_s=exposed_s(hw, secs, win)), "fsdp"))
+    return out

@@ -1,0 +1,184 @@
+"""The simulate backend: ``simulate_layer_costs(spec) -> LayerCosts`` from analytic kernels.
+
+Kinds (seconds per microbatch on one rank):
+
+- ``dense`` / ``moe``: a decoder layer with a dense MLP / an MoE block; ``*_window`` the
+  same with sliding-window attention (``model.window_size``);
+- ``*_recompute``: the same layer under full recompute (``recompute_granularity=full``),
+  for the layers ``recompute_method`` / ``recompute_num_layers`` select in each pipeline
+  chunk (``uniform``: every layer; ``block``: the first ``recompute_num_layers`` of each
+  chunk). Its ``recompute_s`` is the whole layer forward and its comms include the
+  re-issued forward collectives (phase ``bwd``, name suffix ``.recompute``).
+  ``decoder_kinds`` names the variant layer by layer, so the projector needs no fraction;
+- selective recompute (``recompute_granularity=selective``) puts the forward time of
+  the ``train.recompute_modules`` (default ``core_attn``) into every decoder kind's
+  ``recompute_s``, with the collectives those modules issue (CP ring for core_attn);
+- ``embedding`` (first stage), ``output`` (final norm, logits, loss; last stage) and
+  ``mtp`` (all ``mtp_num_layers`` MTP blocks with their logits and loss; last stage).
+
+``fwd_flops`` / ``bwd_flops`` are executed FLOPs (``bwd_flops`` includes recomputed
+forward FLOPs). Results are cached by ``(model, parallel, train, cluster)``.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from primus_ext.comm.layer_comm import Tagged, attention_comms, embedding_comms, \
+    fsdp_comms, mlp_comms, mtp_glue_comms, output_comms
+from primus_ext.compute.extra_ops import embedding_ops, mtp_glue_ops, output_ops
+from primus_ext.compute.layer_ops import attention_ops, mlp_block_ops
+from primus_ext.compute.ops import OpCost, Shapes, sum_ops
+from primus_ext.compute.rank_params import embedding_params_on_rank, \
+    layer_params_on_rank, mtp_params_on_rank, output_params_on_rank
+from primus_ext.project.costs import LayerCost, LayerCosts
+from primus_ext.spec.run import RunSpec
+
+# megatron-core --recompute-modules -> the op modules each recomputes.
+SELECTIVE_MODULES = {
+    "core_attn": {"core_attn"},
+    "layernorm": {"layernorm"},
+    "mla_up_proj": {"mla_up_proj"},
+    "mlp": {"mlp"},
+    "moe_act": {"moe_act"},
+    "moe": {"moe", "moe_act", "shared_experts"},
+    "shared_experts": {"shared_experts"},
+}
+ALL = None  # full recompute: every module
+_CACHE: dict = {}
+_CACHE_MAX = 4096
+
+
+def simulate_layer_costs(spec: RunSpec) -> LayerCosts:
+    key = (spec.model, spec.parallel, spec.train, spec.cluster)
+    hit = _CACHE.get(key)
+    if hit is None:
+        if len(_CACHE) >= _CACHE_MAX:
+            _CACHE.clear()
+        hit = _CACHE[key] = _simulate(spec)
+    return hit
+
+
+def full_recompute_layers(spec: RunSpec) -> frozenset[int]:
+    """Decoder layers recomputed whole under ``recompute_granularity=full``."""
+    tr = spec.train
+    if tr.recompute_granularity != "full":
+        return frozenset()
+    lay = spec.layout
+    out = set()
+    for chunk in range(lay.vpp):
+        for stage in range(lay.pp):
+            first, n = lay.first_layer(stage, chunk), lay.num_layers(stage, chunk)
+            take = n if tr.recompute_method == "uniform" else min(n, tr.recompute_num_layers)
+            out.update(range(first, first + take))
+    return frozenset(out)
+
+
+def _selective(spec: RunSpec) -> set[str] | None:
+    """Modules recomputed in every layer, or an empty set."""
+    tr = spec.train
+    if tr.recompute_granularity != "selective":
+        return set()
+    mods: set[str] = set()
+    for name in tr.recompute_modules:
+        mods |= SELECTIVE_MODULES.get(name, set())
+    return mods
+
+
+def _assemble(kind: str, ops: list[OpCost], comms: list[Tagged], recompute: set[str] | None,
+              fsdp: list[Tagged] = ()) -> LayerCost:
+    f, d, w, ff, bf = sum_ops(ops)
+    if recompute is ALL:
+        rec = [o for o in ops]
+    else:
+        rec = [o for o in ops if o.module in recompute]
+    rec_s = sum(o.fwd_s for o in rec)
+    rec_flops = sum(o.fwd_flops for o in rec)
+    out = [c for c, _ in comms]
+    for c, mod in comms:
+        if c.phase == "fwd" and (recompute is ALL or mod in recompute):
+            out.append(replace(c, name=c.name + ".recompute", phase="bwd"))
+    out += [c for c, _ in fsdp]
+    return LayerCost(kind=kind, fwd_s=f, bwd_input_s=d, bwd_weight_s=w, recompute_s=rec_s,
+                     comms=tuple(out), fwd_flops=ff, bwd_flops=bf + rec_flops)
+
+
+def _decoder_parts(spec: RunSpec, sh: Shapes, moe: bool, window: int | None
+                   ) -> tuple[list[OpCost], list[Tagged]]:
+    a_ops = attention_ops(sh, window)
+    m_ops = mlp_block_ops(sh, moe)
+    a_by = {o.name: o for o in a_ops}
+    m_by = {o.name: o for o in m_ops}
+    comms = attention_comms(spec, sh, a_by) + mlp_comms(spec, sh, m_by, moe)
+    return a_ops + m_ops, comms
+
+
+def _fsdp(spec: RunSpec, ops: list[OpCost], dense: float, expert: float, prefix: str
+          ) -> list[Tagged]:
+    if not spec.parallel.fsdp:
+        return []
+    f, d, w, _, _ = sum_ops(ops)
+    return fsdp_comms(spec, dense, expert, f, d + w, prefix)
+
+
+def _simulate(spec: RunSpec) -> LayerCosts:
+    model, par = spec.model, spec.parallel
+    sh = Shapes(spec)
+    selective = _selective(spec)
+    full = full_recompute_layers(spec)
+    kinds: dict[str, LayerCost] = {}
+    parts: dict[tuple[bool, int | None], tuple] = {}
+    decoder_kinds = []
+    for i in range(model.num_layers):
+        moe = model.is_moe_layer(i)
+        window = model.window_size if model.uses_window(i) else None
+        base = ("moe" if moe else "dense") + ("_window" if window is not None else "")
+        name = base + ("_recompute" if i in full else "")
+        decoder_kinds.append(name)
+        if name in kinds:
+            continue
+        if (moe, window) not in parts:
+            ops, comms = _decoder_parts(spec, sh, moe, window)
+            dense_p, expert_p = layer_params_on_rank(model, par, i)
+            parts[(moe, window)] = ops, comms, _fsdp(spec, ops, dense_p, expert_p, base)
+        ops, comms, fs = parts[(moe, window)]
+        kinds[name] = _assemble(name, ops, comms, ALL if i in full else selective, fs)
+
+    e_ops = embedding_ops(sh)
+    kinds["embedding"] = _assemble(
+        "embedding", e_ops, embedding_comms(spec, sh), set(),
+        _fsdp(spec, e_ops, embedding_params_on_rank(model, par), 0.0, "embedding"))
+    o_ops = output_ops(sh)
+    o_comms = output_comms(spec, sh, {o.name: o for o in o_ops})
+    kinds["output"] = _assemble(
+        "output", o_ops, o_comms, set(),
+        _fsdp(spec, o_ops, output_params_on_rank(model, par), 0.0, "output"))
+    if model.mtp_num_layers:
+        kinds["mtp"] = _mtp(spec, sh, o_ops, o_comms)
+    notes = ("simulate: analytic kernels on " + spec.cluster.hardware.name,
+             "full recompute: '<kind>_recompute' kinds; selective: recompute_s of every "
+             "decoder kind; bwd_flops include recomputed forward FLOPs",
+             "mtp: all mtp_num_layers blocks, each with its logits and loss")
+    return LayerCosts(kinds=kinds, decoder_kinds=tuple(decoder_kinds), source="simulate",
+                      notes=notes)
+
+
+def _mtp(spec: RunSpec, sh: Shapes, o_ops: list[OpCost], o_comms: list[Tagged]
+         ) -> LayerCost:
+    """All MTP blocks: glue (lookup, norms, eh_proj) + a layer of the last layer's kind +
+    the output layer and loss, each comm named per block."""
+    model = spec.model
+    last = model.num_layers - 1
+    moe = model.is_moe_layer(last)
+    window = model.window_size if model.uses_window(last) else None
+    l_ops, l_comms = _decoder_parts(spec, sh, moe, window)
+    g_ops = mtp_glue_ops(sh)
+    block_ops = g_ops + l_ops + o_ops
+    block_comms = mtp_glue_comms(spec, sh) + l_comms + o_comms
+    n = model.mtp_num_layers
+    ops, comms = [], []
+    for k in range(n):
+        ops += block_ops
+        comms += [(replace(c, name=f"mtp{k}.{c.name}"), mod) for c, mod in block_comms]
+    dense_p, expert_p = mtp_params_on_rank(model, spec.parallel)
+    fs = _fsdp(spec, ops, dense_p, expert_p, "mtp")
+    return _assemble("mtp", ops, comms, set(), fs)

@@ -1,0 +1,93 @@
+"""GEMM time on a HardwareSpec: a roofline whose epilogue is not hidden, on padded tiles.
+
+For ``C[M,N] = A[M,K] @ B[K,N]`` (``batch`` independent problems of that shape)::
+
+    t = max(F_pad / (peak * eff), (A + B bytes) / W) + C bytes / W + t_fill + t_launch
+
+- ``F_pad = 2 * ceil(M/tile)*tile * ceil(N/tile)*tile * K``: output tiles are computed
+  whole, so a GEMM with few rows (a per-expert GEMM with 100 tokens) pays for a full
+  tile (tile quantisation). ``tile`` is ``hardware.gemm_tile``.
+- ``eff`` is the asymptotic efficiency of the dtype (``gemm_efficiency`` or
+  ``fp8_gemm_efficiency``), times ``grouped_gemm_efficiency`` for grouped (MoE) kernels,
+  times ``gemm_misaligned_efficiency`` when a weight dimension is not a multiple of 64
+  (achievable-performance.md 1.4: 10922 vs 10944 costs 46%).
+- A and B stream through the main loop, overlapped with the MMA; the C tile is written
+  in the epilogue, after the K loop, so its bytes add to the time. With K small the
+  epilogue dominates: this reproduces DeepGEMM's measured K=512 penalty (about 45%)
+  and its K=1536..16384 points within 6% (achievable-performance.md 1.4) with one
+  asymptotic efficiency, and the memory-bound regime of M=64/128-row GEMMs.
+- ``W = hbm_gbps * hbm_efficiency``; ``t_fill = gemm_fill_s`` (pipeline fill and drain,
+  about 5 us with the launch on B200 cuBLASLt, 1.2) and ``t_launch = kernel_overhead_s``,
+  both per kernel (a grouped GEMM in Transformer Engine issues one GEMM per group).
+
+Time is non-decreasing in M, N, K and non-increasing in every rate (for aligned
+shapes), and the achieved efficiency ``2MNK / (t * peak)`` is in (0, eff].
+"""
+from __future__ import annotations
+
+from math import ceil
+
+from primus_ext.spec.hardware import HardwareSpec
+
+ALIGN_ELEMS = 64  # achievable-performance.md 1.4 (d): dims not a multiple of 64 run slower
+# Bytes per element of the GEMM inputs by compute dtype.
+INPUT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+# The weight gradient accumulates into the fp32 main_grad (Megatron's
+# gradient_accumulation_fusion): the C tile is read and written in fp32.
+WGRAD_OUT_BYTES = 8
+
+
+def peak_flops(hw: HardwareSpec, dtype: str) -> float:
+    """Dense peak of a GEMM dtype in FLOP/s (FP8 falls back to BF16 where there is none)."""
+    if dtype == "fp8" and hw.fp8_tflops:
+        return hw.fp8_tflops * 1e12
+    if dtype == "fp32":
+        return (hw.fp32_tflops or hw.bf16_tflops / 2) * 1e12
+    return hw.bf16_tflops * 1e12
+
+
+def asymptotic_efficiency(hw: HardwareSpec, dtype: str) -> float:
+    if dtype == "fp8" and hw.fp8_tflops:
+        return hw.fp8_gemm_efficiency
+    return hw.gemm_efficiency
+
+
+def gemm_time_s(hw: HardwareSpec, m: float, n: float, k: float, *, dtype: str = "bf16",
+                out_bytes: float = 2.0, batch: int = 1, grouped: bool = False,
+                aligned: bool = True) -> float:
+    """Seconds for ``batch`` GEMMs of shape M x N x K (one kernel, or one per group when
+    ``grouped``). ``m`` may be fractional (expected rows per expert)."""
+    if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
+        return 0.0
+    tile = hw.gemm_tile
+    m_pad = ceil(m / tile) * tile
+    n_pad = ceil(n / tile) * tile
+    rate = peak_flops(hw, dtype) * asymptotic_efficiency(hw, dtype)
+    if grouped:
+        rate *= hw.grouped_gemm_efficiency
+    if not aligned:
+        rate *= hw.gemm_misaligned_efficiency
+    in_bytes = INPUT_BYTES.get(dtype, 2)
+    bw = hw.hbm_gbps * 1e9 * hw.hbm_efficiency
+    t_compute = 2.0 * m_pad * n_pad * k * batch / rate
+    t_stream = (m * k + k * n) * in_bytes * batch / bw
+    t_epilogue = m * n * out_bytes * batch / bw
+    kernels = batch if grouped else 1
+    return (max(t_compute, t_stream) + t_epilogue
+            + kernels * (hw.gemm_fill_s + hw.kernel_overhead_s))
+
+
+def gemm_flops(m: float, n: float, k: float, batch: int = 1) -> float:
+    return 2.0 * m * n * k * batch
+
+
+def achieved_efficiency(hw: HardwareSpec, m: float, n: float, k: float, *,
+                        dtype: str = "bf16", **kw) -> float:
+    """Achieved fraction of the dtype's dense peak: ``2MNK / (t * peak)``."""
+    t = gemm_time_s(hw, m, n, k, dtype=dtype, **kw)
+    batch = kw.get("batch", 1)
+    return gemm_flops(m, n, k, batch) / (t * peak_flops(hw, dtype)) if t > 0 else 0.0
+
+
+def is_aligned(*dims: int) -> bool:
+    return all(int(d) % ALIGN_ELEMS == 0 for d in dims)

@@ -1,0 +1,171 @@
+"""The ops of one decoder layer on one rank: attention (MHA/GQA or MLA), dense MLP, MoE.
+
+Per-rank shapes follow megatron-core: column-parallel QKV / fc1 split their outputs over
+TP, row-parallel proj / fc2 their inputs; norms, residuals and the router run on the
+sequence-parallel shard (``sp_tokens``); core attention holds ``heads / tp`` heads and
+``s / cp`` queries; routed experts hold ``E / ep`` experts of width ``ffn / etp`` and, under
+balanced routing, ``ep * etp * sp_tokens * topk / E`` rows each (= tokens * topk / E per
+expert over the expert-parallel group).
+"""
+from __future__ import annotations
+
+from primus_ext.compute.attention import flash_attention, mean_keys_per_query, \
+    unfused_attention
+from primus_ext.compute.ops import OpCost, Shapes, bias_dropout_add, gated_activation, \
+    linear, memory_op, norm
+
+
+def core_attention(sh: Shapes, *, window: int | None, d_qk: int, d_v: int,
+                   kv_heads: int) -> OpCost:
+    """Causal core attention of this rank's ``s/cp`` queries (flash or unfused).
+
+    With CP, load-balanced causal chunks give every rank ``1/cp`` of the work; the p2p ring
+    runs it as ``cp`` kernel calls over ``s/cp`` keys each, the all-to-all variant as one
+    call over the full sequence with ``heads / cp`` heads.
+    """
+    m, tr, cp = sh.model, sh.train, sh.cp
+    s = sh.seq
+    keys = mean_keys_per_query(s, window)
+    if tr.attention_backend == "unfused":
+        t = unfused_attention(sh.hw, batch=sh.batch, heads=sh.heads, s_q=s / cp, s_k=s,
+                              d_qk=d_qk, d_v=d_v, dropout=m.attention_dropout > 0,
+                              softmax_fp32=tr.attention_softmax_in_fp32)
+    elif cp > 1 and sh.par.cp_comm_type == "a2a":
+        t = flash_attention(sh.hw, batch=sh.batch, heads=max(sh.heads // cp, 1),
+                            kv_heads=max(kv_heads // cp, 1), s_q=s, s_kv=s, keys=keys,
+                            call_keys=keys, d_qk=d_qk, d_v=d_v)
+    else:
+        call_keys = keys if cp == 1 else min(keys, s / cp)
+        t = flash_attention(sh.hw, batch=sh.batch, heads=sh.heads, kv_heads=kv_heads,
+                            s_q=s / cp, s_kv=s, keys=keys, call_keys=call_keys, d_qk=d_qk,
+                            d_v=d_v, num_calls=cp)
+    t_f, t_b, f_f, f_b, b_f, b_b = t
+    return OpCost("core_attn", "core_attn", t_f, t_b, 0.0, f_f, f_b, 0.0, b_f, b_b)
+
+
+def _rope(sh: Shapes, tokens: float, width: float, module: str = "rope") -> OpCost:
+    e = tokens * width * sh.act_bytes
+    return memory_op(sh, "rope", module, 2 * e, 2 * e)
+
+
+def attention_ops(sh: Shapes, window: int | None) -> list[OpCost]:
+    """input norm, QKV, (qk norm), RoPE, core attention, output projection, residual."""
+    m = sh.model
+    if m.multi_latent_attention:
+        return mla_ops(sh, window)
+    h, d, t = sh.hidden, sh.head_dim, sh.tokens
+    q, kv = sh.heads * d, sh.groups * d
+    ops = [norm(sh, "input_layernorm", sh.sp_tokens, h),
+           linear(sh, "qkv", "qkv", t, h, q + 2 * kv)]
+    if m.qk_layernorm:
+        ops.append(norm(sh, "qk_layernorm", t, q + kv))
+    if m.position_embedding_type == "rope":
+        ops.append(_rope(sh, t, q + kv))
+    ops.append(core_attention(sh, window=window, d_qk=d, d_v=d, kv_heads=sh.groups))
+    ops.append(linear(sh, "proj", "proj", t, q, h))
+    ops.append(bias_dropout_add(sh, "attn_bda", sh.sp_tokens))
+    return ops
+
+
+def mla_down_tokens(sh: Shapes) -> float:
+    """Tokens the MLA down projections see: with a q LoRA and SP they run on the local
+    shard and the small latents are all-gathered (megatron-core MLASelfAttention)."""
+    if sh.model.q_lora_rank is not None and sh.par.sequence_parallel:
+        return sh.sp_tokens
+    return sh.tokens
+
+
+def mla_ops(sh: Shapes, window: int | None) -> list[OpCost]:
+    """Multi-latent attention (DeepSeek-V2 Sec. 2.1): down projections replicated over TP,
+    up projections column-parallel, heads of ``qk + rope`` (QK) and ``v`` (V) dims."""
+    m = sh.model
+    h, t, heads = sh.hidden, sh.tokens, sh.heads
+    qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+    t_down = mla_down_tokens(sh)
+    ops = [norm(sh, "input_layernorm", sh.sp_tokens, h)]
+    if m.q_lora_rank is None:
+        ops.append(linear(sh, "q_proj", "qkv", t, h, heads * qk))
+    else:
+        ops.append(linear(sh, "q_down", "qkv", t_down, h, m.q_lora_rank))
+        ops.append(norm(sh, "q_layernorm", t, m.q_lora_rank))
+        ops.append(linear(sh, "q_up", "mla_up_proj", t, m.q_lora_rank, heads * qk))
+    ops.append(linear(sh, "kv_down", "qkv", t_down, h, m.kv_lora_rank + m.qk_pos_emb_head_dim))
+    ops.append(norm(sh, "kv_layernorm", t, m.kv_lora_rank))
+    ops.append(linear(sh, "kv_up", "mla_up_proj", t, m.kv_lora_rank,
+                      heads * (m.qk_head_dim + m.v_head_dim)))
+    ops.append(_rope(sh, t, (heads + 1) * m.qk_pos_emb_head_dim, "mla_up_proj"))
+    ops.append(core_attention(sh, window=window, d_qk=qk, d_v=m.v_head_dim, kv_heads=heads))
+    ops.append(linear(sh, "proj", "proj", t, heads * m.v_head_dim, h))
+    ops.append(bias_dropout_add(sh, "attn_bda", sh.sp_tokens))
+    return ops
+
+
+def dense_mlp_ops(sh: Shapes, width: int | None = None, prefix: str = "",
+                  module: str = "mlp") -> list[OpCost]:
+    """fc1 (x2 when gated), activation, fc2 over all ``tokens`` (gathered under SP)."""
+    m = sh.model
+    f = (width or m.dense_ffn_size) // sh.tp
+    fc1_out = 2 * f if m.gated else f
+    t = sh.tokens
+    return [linear(sh, f"{prefix}fc1", module, t, sh.hidden, fc1_out),
+            gated_activation(sh, f"{prefix}act", module, t, f),
+            linear(sh, f"{prefix}fc2", module, t, f, sh.hidden)]
+
+
+def moe_rows(sh: Shapes) -> tuple[int, float, float]:
+    """(local experts, rows per local expert, rows on this rank) under balanced routing."""
+    m = sh.model
+    local = m.num_moe_experts // sh.ep
+    rows_rank = sh.etp * sh.sp_tokens * m.moe_router_topk  # after the expert-TP gather
+    return local, rows_rank / local, rows_rank
+
+
+def moe_ops(sh: Shapes) -> list[OpCost]:
+    """Router, permute, grouped expert GEMMs, unpermute, shared experts.
+
+    Permutes are gathers/scatters at ``gather_hbm_efficiency``: the first copies each
+    token ``topk`` times into dispatch order, the second (with several local experts and
+    EP) regroups the received rows by expert; unpermute and unsort mirror them.
+    """
+    m = sh.model
+    h, ts, k, e = sh.hidden, sh.sp_tokens, m.moe_router_topk, m.num_moe_experts
+    ab = sh.act_bytes
+    local, rows_e, rows = moe_rows(sh)
+    f = m.expert_ffn_size // sh.etp
+    fc1_out = 2 * f if m.gated else f
+    logits = ts * e * 4.0  # router scores in fp32: softmax/sigmoid, top-k, aux loss
+    ops = [norm(sh, "pre_mlp_layernorm", ts, h),
+           linear(sh, "router", "moe", ts, h, e, dtype="bf16" if sh.gemm_dtype == "fp8"
+                  else sh.gemm_dtype),
+           memory_op(sh, "router_topk", "moe", 4 * logits, 3 * logits, fwd_kernels=4,
+                     bwd_kernels=3),
+           memory_op(sh, "permute", "moe", ts * h * ab + ts * k * h * ab,
+                     ts * h * ab + ts * k * h * ab, gather=True)]
+    sort = local > 1 and sh.ep > 1
+    if sort:
+        ops.append(memory_op(sh, "sort_chunks", "moe", 2 * rows * h * ab, 2 * rows * h * ab,
+                             gather=True))
+    ops.append(linear(sh, "experts_fc1", "moe", rows_e, h, fc1_out, groups=local))
+    ops.append(gated_activation(sh, "experts_act", "moe_act", rows, f))
+    ops.append(linear(sh, "experts_fc2", "moe", rows_e, f, h, groups=local))
+    if sort:
+        ops.append(memory_op(sh, "unsort_chunks", "moe", 2 * rows * h * ab,
+                             2 * rows * h * ab, gather=True))
+    ops.append(memory_op(sh, "unpermute", "moe", ts * k * h * ab + ts * h * ab + ts * k * 4,
+                         ts * k * h * ab + ts * h * ab + ts * k * 4, gather=True))
+    if m.moe_shared_expert_intermediate_size:
+        ops += dense_mlp_ops(sh, m.moe_shared_expert_intermediate_size, "shared_",
+                             "shared_experts")
+    ops.append(bias_dropout_add(sh, "mlp_bda", ts))
+    return ops
+
+
+def mlp_block_ops(sh: Shapes, moe: bool) -> list[OpCost]:
+    if moe:
+        return moe_ops(sh)
+    return ([norm(sh, "pre_mlp_layernorm", sh.sp_tokens, sh.hidden)] + dense_mlp_ops(sh)
+            + [bias_dropout_add(sh, "mlp_bda", sh.sp_tokens)])
+
+
+def decoder_layer_ops(sh: Shapes, *, moe: bool, window: int | None) -> list[OpCost]:
+    return attention_ops(sh, window) + mlp_block_ops(sh, moe)

@@ -1,0 +1,146 @@
+"""Per-rank shapes of a run and the cost of one op: forward, dgrad, wgrad.
+
+An op is a GEMM (a linear layer: three GEMMs), a core attention, or a memory-bound
+kernel. Every op carries a ``module`` tag naming the megatron-core module it belongs to,
+so selective recompute (``train.recompute_modules``) can pick the ops it re-runs.
+Seconds are per microbatch on one rank.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from primus_ext.compute.gemm import gemm_time_s, is_aligned
+from primus_ext.spec.run import RunSpec
+
+
+@dataclass(frozen=True, slots=True)
+class OpCost:
+    name: str
+    module: str
+    fwd_s: float
+    dgrad_s: float  # backward w.r.t. inputs (and any non-GEMM backward)
+    wgrad_s: float  # backward w.r.t. weights
+    fwd_flops: float = 0.0
+    dgrad_flops: float = 0.0
+    wgrad_flops: float = 0.0
+    fwd_bytes: float = 0.0
+    bwd_bytes: float = 0.0
+
+    @property
+    def bwd_flops(self) -> float:
+        return self.dgrad_flops + self.wgrad_flops
+
+
+class Shapes:
+    """Per-rank sizes of one run (one microbatch), derived once per spec.
+
+    ``tokens``: tokens a rank's GEMMs see, ``b * s / cp``; ``sp_tokens``: tokens of the
+    sequence-parallel regions (norms, residuals, router), ``tokens / tp`` with SP.
+    """
+    __slots__ = ("hw", "model", "par", "train", "batch", "seq", "tokens", "sp_tokens", "tp",
+                 "cp", "ep", "etp", "heads", "groups", "head_dim", "gemm_dtype",
+                 "act_bytes", "bw", "gather_bw", "overhead", "hidden")
+
+    def __init__(self, spec: RunSpec) -> None:
+        m, p, t = spec.model, spec.parallel, spec.train
+        self.hw = spec.cluster.hardware
+        self.model, self.par, self.train = m, p, t
+        self.batch = t.micro_batch_size
+        self.seq = t.seq_length
+        self.tp, self.cp, self.ep, self.etp = p.tp, p.cp, p.ep, p.expert_tp
+        self.tokens = self.batch * self.seq // p.cp
+        self.sp_tokens = self.tokens // p.tp if p.sequence_parallel else self.tokens
+        self.hidden = m.hidden_size
+        self.heads = m.num_attention_heads // p.tp
+        self.groups = max(m.num_groups // p.tp, 1)
+        self.head_dim = m.head_dim
+        self.gemm_dtype = {"fp8": "fp8", "fp32": "fp32", "fp16": "fp16"}.get(t.precision,
+                                                                            "bf16")
+        self.act_bytes = 4 if t.precision == "fp32" else 2
+        hw = self.hw
+        self.bw = hw.hbm_gbps * 1e9 * hw.hbm_efficiency
+        self.gather_bw = hw.hbm_gbps * 1e9 * hw.gather_hbm_efficiency
+        self.overhead = hw.kernel_overhead_s
+
+
+def linear(sh: Shapes, name: str, module: str, tokens: float, d_in: int, d_out: int, *,
+           dtype: str | None = None, groups: int = 1) -> OpCost:
+    """A linear layer ``[tokens, d_in] @ [d_in, d_out]`` as three GEMMs.
+
+    ``groups > 1``: a grouped GEMM over ``groups`` local experts with ``tokens`` rows each.
+    FP8 GEMMs add the quantisation casts of their inputs as memory-bound kernels: the
+    activation in forward and the output gradient in backward, each read in BF16 and
+    written as row- and column-wise FP8 copies (the weights' FP8 copies are cached across
+    microbatches by Transformer Engine and not counted).
+    """
+    hw = sh.hw
+    dtype = dtype or sh.gemm_dtype
+    grouped = groups > 1
+    aligned = is_aligned(d_in, d_out)
+    kw = dict(dtype=dtype, batch=groups, grouped=grouped, aligned=aligned)
+    t_f = gemm_time_s(hw, tokens, d_out, d_in, **kw)
+    t_d = gemm_time_s(hw, tokens, d_in, d_out, **kw)
+    t_w = gemm_time_s(hw, d_in, d_out, tokens, out_bytes=8, **kw)
+    flops = 2.0 * tokens * d_in * d_out * groups
+    in_b = 1 if dtype == "fp8" else (4 if dtype == "fp32" else 2)
+    b_f = (tokens * d_in + tokens * d_out) * groups * in_b + d_in * d_out * groups * in_b
+    b_b = 2 * b_f
+    if dtype == "fp8":
+        cast_f = tokens * d_in * groups * 4.0  # read bf16, write two fp8 copies
+        cast_b = tokens * d_out * groups * 4.0
+        t_f += cast_f / sh.bw + sh.overhead
+        t_d += cast_b / sh.bw + sh.overhead
+        b_f += cast_f
+        b_b += cast_b
+    return OpCost(name, module, t_f, t_d, t_w, flops, flops, flops, b_f, b_b)
+
+
+def memory_op(sh: Shapes, name: str, module: str, fwd_bytes: float, bwd_bytes: float, *,
+              fwd_kernels: int = 1, bwd_kernels: int = 1, gather: bool = False,
+              bwd_is_wgrad: bool = False) -> OpCost:
+    """A memory-bound kernel (elementwise, norm, permute): bytes / achieved HBM bw."""
+    bw = sh.gather_bw if gather else sh.bw
+    t_f = fwd_bytes / bw + fwd_kernels * sh.overhead if fwd_bytes > 0 else 0.0
+    t_b = bwd_bytes / bw + bwd_kernels * sh.overhead if bwd_bytes > 0 else 0.0
+    if bwd_is_wgrad:
+        return OpCost(name, module, t_f, 0.0, t_b, fwd_bytes=fwd_bytes, bwd_bytes=bwd_bytes)
+    return OpCost(name, module, t_f, t_b, 0.0, fwd_bytes=fwd_bytes, bwd_bytes=bwd_bytes)
+
+
+def norm(sh: Shapes, name: str, tokens: float, width: int, module: str = "layernorm"
+         ) -> OpCost:
+    """RMSNorm / LayerNorm: forward reads x, writes y; backward reads x and dy, writes dx
+    (the weight-gradient reduction is small and fused)."""
+    e = tokens * width * sh.act_bytes
+    return memory_op(sh, name, module, 2 * e, 3 * e)
+
+
+def bias_dropout_add(sh: Shapes, name: str, tokens: float, module: str = "bda") -> OpCost:
+    """megatron-core's fused bias-dropout-add: read x and the residual, write the sum
+    (plus a one-byte mask with dropout); backward reads dy (and the mask), writes dx."""
+    e = tokens * sh.hidden * sh.act_bytes
+    dropout = sh.model.hidden_dropout > 0
+    mask = tokens * sh.hidden if dropout else 0.0
+    return memory_op(sh, name, module, 3 * e + mask, 2 * e + mask)
+
+
+def gated_activation(sh: Shapes, name: str, module: str, rows: float, width: float
+                     ) -> OpCost:
+    """SwiGLU (reads 2 halves, writes 1; backward reads 2 + dy, writes 2) or a plain
+    activation (reads and writes one; backward reads x and dy, writes dx)."""
+    e = rows * width * sh.act_bytes
+    if sh.model.gated:
+        return memory_op(sh, name, module, 3 * e, 5 * e)
+    return memory_op(sh, name, module, 2 * e, 3 * e)
+
+
+def sum_ops(ops) -> tuple[float, float, float, float, float]:
+    """(fwd_s, dgrad_s, wgrad_s, fwd_flops, bwd_flops) of a list of ops."""
+    f = d = w = ff = bf = 0.0
+    for o in ops:
+        f += o.fwd_s
+        d += o.dgrad_s
+        w += o.wgrad_s
+        ff += o.fwd_flops
+        bf += o.dgrad_flops + o.wgrad_flops
+    return f, d, w, ff, bf

@@ -1,0 +1,47 @@
+"""Optimizer step time: a memory-bound fused update (achievable-performance.md 5.2).
+
+Fused Adam (apex/TE multi-tensor apply) per locally updated parameter reads the fp32
+master weight, gradient, m and v (16 B), writes master, m and v (12 B) and the BF16 model
+copy (2 B): 30 B. The gradient-norm pass reads the local fp32 gradients (4 B) and zeroing
+the gradient buffer writes every parameter's fp32 gradient (4 B). SGD with momentum reads
+master, gradient, momentum and writes master, momentum and the copy: 22 B.
+
+With the distributed optimizer (or FSDP) a rank updates ``1/dp_cp`` of its dense and
+``1/expert_dp`` of its expert parameters; the gather of the updated parameters is
+comm/step_comm.py's ``param_gather``. Multi-tensor apply keeps launches to a few dozen.
+"""
+from __future__ import annotations
+
+from primus_ext.comm.groups import group_span
+from primus_ext.spec.run import RunSpec
+
+ADAM_BYTES_PER_PARAM = 30.0
+SGD_BYTES_PER_PARAM = 22.0
+GRAD_NORM_BYTES_PER_PARAM = 4.0
+ZERO_GRAD_BYTES_PER_PARAM = 4.0
+NUM_KERNELS = 24
+
+
+def updated_params(spec: RunSpec, num_dense_params: float, num_expert_params: float = 0.0
+                   ) -> float:
+    """Parameters this rank's optimizer updates."""
+    par = spec.parallel
+    if par.use_distributed_optimizer or par.fsdp:
+        return (num_dense_params / group_span(spec, "dp_cp").size
+                + num_expert_params / group_span(spec, "edp").size)
+    return num_dense_params + num_expert_params
+
+
+def optimizer_step_s(spec: RunSpec, num_params_on_rank: float,
+                     num_expert_params_on_rank: float = 0.0) -> float:
+    """Seconds of one optimizer step on a rank holding these (dense, expert) parameters
+    (e.g. ``stage_param_counts(spec, stage)``)."""
+    hw = spec.cluster.hardware
+    local = updated_params(spec, num_params_on_rank, num_expert_params_on_rank)
+    held = num_params_on_rank + num_expert_params_on_rank
+    per = ADAM_BYTES_PER_PARAM if spec.train.optimizer == "adam" else SGD_BYTES_PER_PARAM
+    nbytes = (per + GRAD_NORM_BYTES_PER_PARAM) * local
+    # FSDP holds only its shard of the gradient buffer; DDP zeroes the full local buffer.
+    nbytes += ZERO_GRAD_BYTES_PER_PARAM * (local if spec.parallel.fsdp else held)
+    bw = hw.hbm_gbps * 1e9 * hw.hbm_efficiency
+    return nbytes / bw + NUM_KERNELS * hw.kernel_overhead_s

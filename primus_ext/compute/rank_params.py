@@ -1,0 +1,80 @@
+"""Parameters one rank holds, split into dense (reduced over data x context parallel) and
+expert (reduced over expert-data parallel), per layer and per pipeline stage.
+
+Built on the parameter groups of memory/params.py and their sharding rules: ``tp`` and
+``vocab`` tensors split over TP, routed-expert tensors over ``ep * etp`` (their
+row-parallel biases over ``ep``), the rest replicated.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from primus_ext.memory.params import ParamGroup, embedding_groups, layer_groups, \
+    mtp_groups, output_groups
+from primus_ext.spec.model import ModelSpec
+from primus_ext.spec.parallel import ParallelSpec
+from primus_ext.spec.run import RunSpec
+
+
+def _split(groups: list[ParamGroup], par: ParallelSpec) -> tuple[float, float]:
+    dense = expert = 0.0
+    for g in groups:
+        if g.shard == "tp":
+            dense += g.num_params / par.tp
+        elif g.shard == "vocab":
+            dense += g.num_params / par.tp  # groups built with the TP-padded vocab
+        elif g.shard == "expert":
+            expert += g.num_params / (par.ep * par.expert_tp)
+        elif g.shard == "expert_replicated":
+            expert += g.num_params / par.ep
+        else:
+            dense += g.num_params
+    return dense, expert
+
+
+@lru_cache(maxsize=4096)
+def layer_params_on_rank(model: ModelSpec, par: ParallelSpec, layer: int
+                         ) -> tuple[float, float]:
+    """(dense, expert) parameters of decoder layer ``layer`` on one rank."""
+    return _split(layer_groups(model, layer), par)
+
+
+@lru_cache(maxsize=1024)
+def embedding_params_on_rank(model: ModelSpec, par: ParallelSpec) -> float:
+    return _split(embedding_groups(model, par.tp), par)[0]
+
+
+@lru_cache(maxsize=1024)
+def output_params_on_rank(model: ModelSpec, par: ParallelSpec) -> float:
+    """Final norm and output layer (the tied embedding counts on the first stage)."""
+    return _split(output_groups(model, par.tp), par)[0]
+
+
+@lru_cache(maxsize=1024)
+def mtp_params_on_rank(model: ModelSpec, par: ParallelSpec) -> tuple[float, float]:
+    d, e = _split(mtp_groups(model), par)
+    return d * model.mtp_num_layers, e * model.mtp_num_layers
+
+
+def stage_param_counts(spec: RunSpec, stage: int) -> tuple[float, float]:
+    """(dense, expert) parameters on one rank of pipeline stage ``stage`` (all its virtual
+    chunks): its decoder layers, the embedding on the first stage, output layer and MTP
+    on the last (a tied output layer on the last stage when pp > 1 holds its own copy)."""
+    model, par, lay = spec.model, spec.parallel, spec.layout
+    dense = expert = 0.0
+    for chunk in range(par.vpp):
+        first = lay.first_layer(stage, chunk)
+        for i in range(first, first + lay.num_layers(stage, chunk)):
+            d, e = layer_params_on_rank(model, par, i)
+            dense += d
+            expert += e
+    if stage == 0:
+        dense += embedding_params_on_rank(model, par)
+    if stage == par.pp - 1:
+        dense += output_params_on_rank(model, par)
+        if not model.untie_embeddings_and_output_weights and par.pp > 1:
+            dense += embedding_params_on_rank(model, par)
+        d, e = mtp_params_on_rank(model, par)
+        dense += d
+        expert += e
+    return dense, expert
