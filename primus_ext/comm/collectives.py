@@ -7,9 +7,9 @@ GPU, rail-optimised). On one tier, moving ``S`` bytes costs::
 
 The saturating term is the Simple protocol (bandwidth grows with the message until
 pipelining fills every channel); the floor (scale-up tier only) is the low-latency
-protocol, which NCCL caps at half the Simple bandwidth but which starts at once. On 8x MI300X this form with
-``S_half = 8 MB`` and a 13 us floor reproduces the rccl-tests all-reduce sweep from 256 KB
-to 16 GB within about 15% (achievable-performance.md 4.2). A collective adds a base
+protocol, which NCCL caps at half the Simple bandwidth but which starts at once. On
+8x MI300X this form with ``S_half = 8 MB`` and a 13 us floor reproduces the rccl-tests
+all-reduce sweep from 1 KB to 1 GB within 25% (achievable-performance.md 4.2). A collective adds a base
 latency (``*_latency_s``: launch and the first hop) and per-step hop latencies (NCCL's
 tuning model, 4.2: ring steps pay a hop each, inter-node steps at network cost).
 
@@ -35,8 +35,9 @@ from __future__ import annotations
 
 from math import ceil, log2
 
-from primus_ext.comm.groups import GroupSpan
+from primus_ext.comm.groups import GroupSpan, group_span
 from primus_ext.spec.hardware import HardwareSpec
+from primus_ext.spec.run import RunSpec
 
 
 def _xfer_s(nbytes: float, peak_bps: float, half: float, ll: float) -> float:
@@ -163,3 +164,14 @@ def collective_s(hw: HardwareSpec, span: GroupSpan, collective: str, nbytes: flo
         return all_to_all_s(hw, span, nbytes)
     raise ValueError(f"collective {collective!r} is not one of all_reduce, reduce_scatter, "
                      "all_gather, all_to_all")
+
+
+def group_collective_s(spec: RunSpec, axis: str, collective: str, nbytes: float) -> float:
+    """Seconds of one collective over the group of ``axis`` in this run.
+
+    ``axis`` is a group name of comm/groups.py, except that ``dp`` here means the
+    gradient group of dense parameters, data x context parallel (megatron-core reduces
+    gradients over dp x cp); the pure data-parallel group is ``dp_only``.
+    """
+    name = {"dp": "dp_cp", "dp_only": "dp"}.get(axis, axis)
+    return collective_s(spec.cluster.hardware, group_span(spec, name), collective, nbytes)

@@ -71,6 +71,8 @@ def flash_attention(hw: HardwareSpec, *, batch: int, heads: int, kv_heads: int,
     kernel launches (CP ring steps).
     """
     f_fwd, f_bwd = attention_flops(batch, heads, s_q, keys, d_qk, d_v)
+    if f_fwd <= 0:
+        return 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
     q = batch * s_q * heads * d_qk * 2
     kv = batch * s_kv * kv_heads * (d_qk + d_v) * 2
     o = batch * s_q * heads * d_v * 2

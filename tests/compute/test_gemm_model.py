@@ -1,0 +1,95 @@
+"""GEMM time model: shape efficiency, monotonicity, and the published sweeps it claims."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from primus_ext.compute.gemm import achieved_efficiency, gemm_time_s
+from primus_ext.presets import hardware_preset, list_presets
+
+GPUS = [n for n in list_presets("hardware") if n != "cpu"]
+dims = st.integers(min_value=1, max_value=512).map(lambda x: 64 * x)
+any_dims = st.integers(min_value=1, max_value=40000)
+dtypes = st.sampled_from(["bf16", "fp8", "fp32"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(GPUS), any_dims, any_dims, any_dims, dtypes, st.booleans())
+def test_efficiency_in_unit_interval(gpu, m, n, k, dtype, grouped):
+    hw = hardware_preset(gpu)
+    batch = 4 if grouped else 1
+    e = achieved_efficiency(hw, m, n, k, dtype=dtype, batch=batch, grouped=grouped)
+    assert 0 < e <= 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(GPUS), dims, dims, dims, dtypes, st.integers(1, 3),
+       st.integers(1, 4096))
+def test_bigger_gemm_never_faster(gpu, m, n, k, dtype, axis, extra):
+    hw = hardware_preset(gpu)
+    t0 = gemm_time_s(hw, m, n, k, dtype=dtype)
+    grown = [m, n, k]
+    grown[axis - 1] += extra
+    assert gemm_time_s(hw, *grown, dtype=dtype) >= t0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(GPUS), any_dims, any_dims, any_dims, dtypes,
+       st.floats(1.0, 4.0), st.sampled_from(["hbm_gbps", "bf16_tflops", "fp8_tflops"]))
+def test_more_bandwidth_or_flops_never_slower(gpu, m, n, k, dtype, factor, field):
+    hw = hardware_preset(gpu)
+    if getattr(hw, field) is None:
+        return
+    faster = replace(hw, **{field: getattr(hw, field) * factor})
+    assert gemm_time_s(faster, m, n, k, dtype=dtype) <= gemm_time_s(hw, m, n, k, dtype=dtype)
+
+
+def test_skinny_and_grouped_gemms_are_much_less_efficient():
+    hw = hardware_preset("h100")
+    big = achieved_efficiency(hw, 8192, 8192, 8192)
+    assert big > 0.7
+    # 64/128-row GEMMs are memory-bound (achievable-performance.md 1.4).
+    assert achieved_efficiency(hw, 128, 7168, 16384) < 0.4 * big
+    assert achieved_efficiency(hw, 64, 7168, 16384) < 0.25 * big
+    # K = 512 costs about half (1.4 (b)).
+    assert achieved_efficiency(hw, 4096, 32768, 512) < 0.65 * big
+    # Per-expert grouped GEMMs with 100-500 rows: 0.10-0.25 of peak (1.4 (c), 8).
+    e = achieved_efficiency(hw, 128, 4096, 7168, batch=32, grouped=True)
+    assert 0.08 < e < 0.3
+    # Their weight gradient (K = rows) is worse still.
+    w = achieved_efficiency(hw, 7168, 4096, 128, batch=32, grouped=True, out_bytes=8)
+    assert w < e
+
+
+def test_misaligned_width_costs_tens_of_percent():
+    hw = hardware_preset("h100")
+    # SwiGLU d_ff 10922 vs 10944 (achievable-performance.md 1.4): 46% slower measured.
+    slow = gemm_time_s(hw, 8192, 10922, 4096, aligned=False)
+    fast = gemm_time_s(hw, 8192, 10944, 4096)
+    assert 1.2 < slow / fast < 1.6
+
+
+# DeepGEMM FP8 on H800 (achievable-performance.md 1.4): M, N, K, measured TFLOP/s.
+DEEPGEMM = [(64, 24576, 1536, 289), (64, 32768, 512, 219), (64, 7168, 16384, 336),
+            (128, 24576, 1536, 535), (128, 7168, 16384, 645), (128, 4096, 7168, 533),
+            (4096, 24576, 1536, 1212), (4096, 32768, 512, 775), (4096, 7168, 16384, 1520),
+            (4096, 4096, 7168, 1410), (4096, 7168, 2048, 1168)]
+
+
+@pytest.mark.parametrize("m,n,k,measured", DEEPGEMM)
+def test_deepgemm_sweep_with_one_asymptote(m, n, k, measured):
+    """With DeepGEMM's own asymptote (0.80 of FP8 peak) and streaming HBM efficiency, the
+    epilogue + roofline model matches the K and M dependence of the measured table."""
+    hw = replace(hardware_preset("h800"), fp8_gemm_efficiency=0.80, hbm_efficiency=0.85,
+                 kernel_overhead_s=0.0)
+    pred = 2 * m * n * k / gemm_time_s(hw, m, n, k, dtype="fp8") / 1e12
+    assert pred == pytest.approx(measured, rel=0.08)
+
+
+def test_fp8_faster_than_bf16_on_large_gemms():
+    hw = hardware_preset("h100")
+    assert gemm_time_s(hw, 8192, 8192, 8192, dtype="fp8") < \
+        0.7 * gemm_time_s(hw, 8192, 8192, 8192, dtype="bf16")

@@ -1,0 +1,121 @@
+"""FLOPs of every op against hand formulas (Korthikanti et al. 2022; Megatron-LM)."""
+from __future__ import annotations
+
+import pytest
+from sim_specs import dsv3, gpt_mha, llama70b, mixtral, run
+
+from primus_ext.compute.layer_ops import decoder_layer_ops, moe_rows
+from primus_ext.compute.model_flops import attention_flops_per_token, mlp_flops_per_token
+from primus_ext.compute.ops import Shapes
+
+LINEAR = {"qkv", "proj", "fc1", "fc2", "q_proj", "q_down", "q_up", "kv_down", "kv_up",
+          "router", "experts_fc1", "experts_fc2", "shared_fc1", "shared_fc2"}
+
+
+def _ops(spec, moe=False, window=None):
+    return {o.name: o for o in decoder_layer_ops(Shapes(spec), moe=moe, window=window)}
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_gpt_forward_flops_equal_24bsh2_plus_4bs2h(tp):
+    """Korthikanti et al. 2022 (Appendix): forward GEMM FLOPs of a GPT layer (MHA, GELU
+    4h MLP) are 24 b s h^2 + 4 b s^2 h; the unfused path computes the full score matrix."""
+    b, s, h = 2, 2048, 2048
+    spec = run(gpt_mha(), tp=tp, sequence_parallel=tp > 1, nodes=1,
+               train=dict(seq_length=s, micro_batch_size=b, global_batch_size=64,
+                          attention_backend="unfused"))
+    ops = _ops(spec)
+    total = sum(o.fwd_flops for o in ops.values()) * tp
+    assert total == pytest.approx(24 * b * s * h * h + 4 * b * s * s * h, rel=1e-12)
+    # Flash with a causal mask counts the attention once (halved).
+    spec = run(gpt_mha(), tp=tp, sequence_parallel=tp > 1,
+               train=dict(seq_length=s, micro_batch_size=b, global_batch_size=64))
+    ops = _ops(spec)
+    assert ops["core_attn"].fwd_flops * tp == pytest.approx(2 * b * s * s * h)
+
+
+def test_gemm_backward_is_twice_forward():
+    ops = _ops(run(llama70b(), tp=8, sequence_parallel=True, train=dict(seq_length=8192)))
+    for name, o in ops.items():
+        if name in LINEAR:
+            assert o.dgrad_flops == o.fwd_flops and o.wgrad_flops == o.fwd_flops
+            assert o.fwd_flops + o.bwd_flops == pytest.approx(3 * o.fwd_flops)
+        else:
+            assert o.wgrad_flops == 0
+
+
+@pytest.mark.parametrize("tp,cp", [(1, 1), (2, 2), (8, 1), (4, 2)])
+def test_llama_matches_megatron_formula(tp, cp):
+    """Per-rank GEMM FLOPs x (tp * cp) equal Megatron-LM's per-token count x tokens; the
+    core attention forward equals its (causal-halved) attention term / 3."""
+    s = 8192
+    spec = run(llama70b(), tp=tp, cp=cp, sequence_parallel=tp > 1, nodes=1,
+               train=dict(seq_length=s, global_batch_size=64))
+    ops = _ops(spec)
+    model = spec.model
+    lin = sum(o.fwd_flops + o.bwd_flops for n, o in ops.items() if n in LINEAR) * tp * cp / s
+    q = model.num_attention_heads * model.head_dim
+    core = 6 * q * s
+    expected = attention_flops_per_token(model, s) - core + mlp_flops_per_token(model, 0)
+    assert lin == pytest.approx(expected, rel=1e-12)
+    assert ops["core_attn"].fwd_flops * tp * cp / s == pytest.approx(core / 3)
+    assert ops["core_attn"].bwd_flops == pytest.approx(2.5 * ops["core_attn"].fwd_flops)
+
+
+def test_mla_projections_match_megatron_formula():
+    s = 4096
+    spec = run(dsv3(), tp=4, sequence_parallel=True, ep=8, pp=1, nodes=4,
+               train=dict(seq_length=s, global_batch_size=64))
+    ops = _ops(spec, moe=True)
+    m = spec.model
+    lin = sum(ops[n].fwd_flops * 3 for n in ("q_down", "q_up", "kv_down", "kv_up", "proj"))
+    per_token = lin * 4 / s
+    qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+    core = 6 * m.num_attention_heads * (qk + m.v_head_dim) * s / 2
+    # Megatron's formula adds one FLOP per latent element (the +1 terms): negligible.
+    assert per_token == pytest.approx(attention_flops_per_token(m, s) - core, rel=1e-3)
+
+
+@pytest.mark.parametrize("tp,ep,etp", [(1, 8, 1), (2, 4, 1), (2, 2, 2), (4, 8, 4)])
+def test_expert_flops_per_token_are_topk_experts(tp, ep, etp):
+    """Balanced routing: each token costs topk expert MLPs; summed over the ranks sharing
+    the tokens (tp), a rank's expert FLOPs per token are 3 * 2 * topk * h * ffn (SwiGLU)."""
+    s = 4096
+    spec = run(mixtral(), tp=tp, ep=ep, etp=etp, sequence_parallel=tp > 1, nodes=4,
+               train=dict(seq_length=s, global_batch_size=256))
+    ops = _ops(spec, moe=True)
+    m = spec.model
+    per_token = (ops["experts_fc1"].fwd_flops + ops["experts_fc2"].fwd_flops) * tp / s
+    assert per_token == pytest.approx(2 * 3 * m.moe_router_topk * m.hidden_size
+                                      * m.expert_ffn_size)
+    local, rows_e, rows = moe_rows(Shapes(spec))
+    assert local == m.num_moe_experts // ep
+    # tokens per expert = tokens * topk / experts over the expert-parallel group
+    assert rows_e == pytest.approx(ep * etp * (s / tp) * m.moe_router_topk / m.num_moe_experts)
+
+
+def test_shared_experts_and_router_present():
+    ops = _ops(run(dsv3(), tp=1, ep=8, nodes=1, train=dict(global_batch_size=64)), moe=True)
+    for name in ("router", "router_topk", "permute", "sort_chunks", "experts_fc1",
+                 "experts_act", "experts_fc2", "unpermute", "shared_fc1", "shared_fc2"):
+        assert ops[name].fwd_s > 0, name
+    m = dsv3()
+    assert ops["router"].fwd_flops == 2 * 4096 * m.hidden_size * m.num_moe_experts
+
+
+def test_sliding_window_cuts_attention_only():
+    model = llama70b(window_size=128, window_full_attention_every=2)
+    spec = run(model, tp=8, sequence_parallel=True, train=dict(seq_length=8192))
+    full, win = _ops(spec), _ops(spec, window=128)
+    assert win["core_attn"].fwd_flops < full["core_attn"].fwd_flops / 30
+    assert win["core_attn"].fwd_s < full["core_attn"].fwd_s / 5
+    assert win["qkv"] == full["qkv"]
+
+
+def test_fp8_gemms_faster_and_attention_unchanged():
+    bf = _ops(run(llama70b(), tp=8, sequence_parallel=True, train=dict(seq_length=8192)))
+    f8 = _ops(run(llama70b(), tp=8, sequence_parallel=True,
+                  train=dict(seq_length=8192, precision="fp8")))
+    assert f8["fc1"].fwd_s < 0.8 * bf["fc1"].fwd_s
+    assert f8["core_attn"] == bf["core_attn"]
+    assert f8["fc1"].fwd_bytes > bf["fc1"].fwd_bytes / 2  # casts are counted
