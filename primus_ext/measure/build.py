@@ -1,0 +1,285 @@
+"""Build a real megatron-core GPT training setup from a RunSpec.
+
+Process groups (gloo on the CPU, nccl on CUDA), ``initialize_model_parallel(tp, pp, vpp,
+cp, ep, etp)``, a GPTModel per virtual pipeline chunk (local spec; the Transformer Engine
+spec when TE imports on a CUDA machine), Float16Module for bf16/fp16, mcore
+DistributedDataParallel and ``get_megatron_optimizer``, wired as Megatron-LM's training
+loop wires them (reference/megatron-on-cpu.md Sec. 3): ``no_sync_func``,
+``grad_sync_func`` (overlap), ``finalize_model_grads_func``.
+
+Import order matters: call ``primus_ext.measure.tracer.install_tracer()`` and then
+``prepare_runtime()`` before anything imports megatron.core.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from primus_ext.spec import RunSpec, padded_vocab
+
+
+def prepare_runtime(num_threads: int | None = None) -> list[str]:
+    """Install the collective tracer, apply the CPU patches (no-op on CUDA); returns the
+    patches applied. Threads: ``num_threads`` or $OMP_NUM_THREADS if set."""
+    from primus_ext.measure.tracer import install_tracer
+    install_tracer()
+    threads = num_threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+    if threads > 0 and not torch.cuda.is_available():
+        torch.set_num_threads(threads)
+    from patches.apply import apply_cpu_patches
+
+    from primus_ext.measure.compat import apply_measure_compat
+    return apply_cpu_patches() + apply_measure_compat()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed() -> tuple[int, int]:
+    """Init the default process group from torchrun's env (or a 1-process group)."""
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl" if cuda else "gloo",
+                            timeout=datetime.timedelta(minutes=10))
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _dtype(precision: str) -> torch.dtype:
+    return {"bf16": torch.bfloat16, "fp8": torch.bfloat16, "fp16": torch.float16,
+            "fp32": torch.float32}[precision]
+
+
+def _activation(name: str):
+    import torch.nn.functional as F
+    if name == "swiglu":
+        return F.silu
+    if name == "gelu":
+        return F.gelu
+    if name == "relu":
+        return F.relu
+    from megatron.core.activations import squared_relu
+    return squared_relu
+
+
+def use_transformer_engine() -> bool:
+    if not torch.cuda.is_available():
+        return False
+    try:
+        import transformer_engine  # noqa: F401
+    except Exception:  # noqa: BLE001 - the bare meta package raises RuntimeError
+        return False
+    return True
+
+
+def transformer_config(spec: RunSpec):
+    """megatron-core TransformerConfig for a run (field names match ModelSpec's)."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    m, p, t = spec.model, spec.parallel, spec.train
+    if m.multi_latent_attention:
+        raise ValueError("model.multi_latent_attention=True: the measured backend builds "
+                         "only standard attention in this version (use backend=simulate)")
+    if m.window_size is not None:
+        raise ValueError("model.window_size: sliding-window attention is not built by the "
+                         "measured backend in this version (use backend=simulate)")
+    dtype = _dtype(t.precision)
+    kw = dict(
+        num_layers=m.num_layers, hidden_size=m.hidden_size,
+        num_attention_heads=m.num_attention_heads, ffn_hidden_size=m.dense_ffn_size,
+        num_query_groups=m.num_groups, kv_channels=m.head_dim,
+        normalization=m.normalization, gated_linear_unit=m.gated,
+        activation_func=_activation(m.activation), add_bias_linear=m.add_bias_linear,
+        add_qkv_bias=m.add_qkv_bias, qk_layernorm=m.qk_layernorm,
+        hidden_dropout=m.hidden_dropout, attention_dropout=m.attention_dropout,
+        tensor_model_parallel_size=p.tp, pipeline_model_parallel_size=p.pp,
+        virtual_pipeline_model_parallel_size=p.vpp if p.vpp > 1 else None,
+        context_parallel_size=p.cp, expert_model_parallel_size=p.ep,
+        expert_tensor_parallel_size=p.expert_tp, sequence_parallel=p.sequence_parallel,
+        params_dtype=dtype, pipeline_dtype=dtype, bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,
+        attention_softmax_in_fp32=t.attention_softmax_in_fp32,
+        apply_query_key_layer_scaling=False,
+        use_cpu_initialization=not torch.cuda.is_available(),
+        deallocate_pipeline_outputs=True, init_method_std=0.02,
+        cross_entropy_loss_fusion=False,
+    )
+    if p.pp > 1 and p.decoder_first_pipeline_num_layers is not None:
+        kw["num_layers_in_first_pipeline_stage"] = p.decoder_first_pipeline_num_layers
+    if p.pp > 1 and p.decoder_last_pipeline_num_layers is not None:
+        kw["num_layers_in_last_pipeline_stage"] = p.decoder_last_pipeline_num_layers
+    if p.pipeline_layout is not None:
+        raise ValueError("parallel.pipeline_layout: explicit layouts are not built by the "
+                         "measured backend in this version")
+    if t.recompute_granularity is not None:
+        kw.update(recompute_granularity=t.recompute_granularity,
+                  recompute_method=t.recompute_method,
+                  recompute_num_layers=t.recompute_num_layers)
+        if t.recompute_granularity == "selective":
+            kw["recompute_modules"] = list(t.recompute_modules)
+    if m.is_moe:
+        kw.update(num_moe_experts=m.num_moe_experts, moe_router_topk=m.moe_router_topk,
+                  moe_ffn_hidden_size=m.expert_ffn_size,
+                  moe_shared_expert_intermediate_size=m.moe_shared_expert_intermediate_size,
+                  moe_layer_freq=[int(m.is_moe_layer(i)) for i in range(m.num_layers)],
+                  moe_token_dispatcher_type="alltoall", moe_grouped_gemm=False,
+                  moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-2)
+    return TransformerConfig(**kw)
+
+
+@dataclass
+class Built:
+    """What a measured or trained run needs after building."""
+    spec: RunSpec
+    config: object  # TransformerConfig
+    model: list  # DDP-wrapped chunks
+    optimizer: object
+    padded_vocab_size: int
+    use_te: bool
+    groups: dict[str, object] = field(default_factory=dict)
+
+    def bare(self, chunk: int = 0):
+        from primus_ext.measure.saved_tensors import unwrap
+        return unwrap(self.model[chunk])
+
+
+def _groups() -> dict[str, object]:
+    from megatron.core import parallel_state as ps
+    out = {}
+    for axis, fn in (("tp", ps.get_tensor_model_parallel_group),
+                     ("cp", ps.get_context_parallel_group),
+                     ("ep", ps.get_expert_model_parallel_group),
+                     ("etp", ps.get_expert_tensor_parallel_group),
+                     ("tp_ep", ps.get_expert_tensor_and_model_parallel_group),
+                     ("dp", lambda: ps.get_data_parallel_group(with_context_parallel=False)),
+                     ("dp_cp", lambda: ps.get_data_parallel_group(with_context_parallel=True)),
+                     ("edp", ps.get_expert_data_parallel_group),
+                     ("pp", ps.get_pipeline_model_parallel_group),
+                     ("embd", ps.get_embedding_group)):
+        try:
+            out[axis] = fn()
+        except (AssertionError, RuntimeError, AttributeError, TypeError):
+            pass
+    return out
+
+
+def init_model_parallel(spec: RunSpec, seed: int = 1234) -> dict[str, object]:
+    from megatron.core import parallel_state as ps
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+    p = spec.parallel
+    world = dist.get_world_size()
+    if world != spec.world_size:
+        raise ValueError(f"the run spec has world size {spec.world_size} but "
+                         f"{world} processes were launched")
+    if ps.model_parallel_is_initialized():
+        ps.destroy_model_parallel()
+    ps.initialize_model_parallel(
+        tensor_model_parallel_size=p.tp, pipeline_model_parallel_size=p.pp,
+        virtual_pipeline_model_parallel_size=p.vpp if p.vpp > 1 else None,
+        context_parallel_size=p.cp, expert_model_parallel_size=p.ep,
+        expert_tensor_parallel_size=p.expert_tp, order=p.order)
+    model_parallel_cuda_manual_seed(seed)
+    groups = _groups()
+    from primus_ext.measure.tracer import get_tracer
+    tracer = get_tracer()
+    if tracer is not None:
+        tracer.register_axes(groups)
+    return groups
+
+
+def build(spec: RunSpec, with_optimizer: bool = True, seed: int = 1234) -> Built:
+    """Model chunks (DDP-wrapped) and optimizer for ``spec`` on the launched processes."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.distributed import DistributedDataParallel as DDP
+    from megatron.core.distributed import DistributedDataParallelConfig, finalize_model_grads
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+    from megatron.core.transformer.module import Float16Module
+
+    groups = init_model_parallel(spec, seed)
+    cfg = transformer_config(spec)
+    te = use_transformer_engine()
+    m, p, t = spec.model, spec.parallel, spec.train
+    vocab = padded_vocab(m.vocab_size, m.make_vocab_size_divisible_by, p.tp)
+    pp_rank = ps.get_pipeline_model_parallel_rank()
+    chunks = []
+    for vp in range(p.vpp):
+        vp_stage = vp if p.vpp > 1 else None
+        kw = dict(vp_stage=vp_stage, pp_rank=pp_rank)
+        block = get_gpt_decoder_block_spec(cfg, use_transformer_engine=te,
+                                           normalization=m.normalization, **kw)
+        pre = ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage)
+        post = ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
+        model = GPTModel(
+            config=cfg, transformer_layer_spec=block, vocab_size=vocab,
+            max_sequence_length=max(m.max_position_embeddings, t.seq_length),
+            pre_process=pre, post_process=post,
+            share_embeddings_and_output_weights=not m.untie_embeddings_and_output_weights,
+            position_embedding_type=("none" if m.position_embedding_type == "alibi"
+                                     else m.position_embedding_type),
+            vp_stage=vp_stage)
+        if torch.cuda.is_available():
+            model.cuda(torch.cuda.current_device())
+        if cfg.fp16 or cfg.bf16:
+            model = Float16Module(cfg, model)
+        chunks.append(model)
+    ddp_cfg = DistributedDataParallelConfig(
+        grad_reduce_in_fp32=t.precision != "fp32",  # Megatron-LM does this for bf16
+        overlap_grad_reduce=p.overlap_grad_reduce,
+        overlap_param_gather=p.overlap_param_gather and p.use_distributed_optimizer,
+        use_distributed_optimizer=p.use_distributed_optimizer,
+        check_for_nan_in_grad=False,
+        bucket_size=max(40_000_000, 1_000_000 * spec.dp) if p.overlap_grad_reduce else None)
+    model = [DDP(cfg, ddp_cfg, c, disable_bucketing=(i > 0)) for i, c in enumerate(chunks)]
+    for c in model:
+        c.broadcast_params()
+    optimizer = None
+    if with_optimizer:
+        optimizer = _optimizer(spec, model)
+    _wire(cfg, model, p.overlap_grad_reduce, finalize_model_grads)
+    return Built(spec=spec, config=cfg, model=model, optimizer=optimizer,
+                 padded_vocab_size=vocab, use_te=te, groups=groups)
+
+
+def _optimizer(spec: RunSpec, model: list):
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    t, p = spec.train, spec.parallel
+    dtype = _dtype(t.precision)
+    ocfg = OptimizerConfig(
+        optimizer=t.optimizer, lr=1e-4, weight_decay=0.01, clip_grad=1.0,
+        bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16, params_dtype=dtype,
+        use_distributed_optimizer=p.use_distributed_optimizer,
+        overlap_param_gather=p.overlap_param_gather and p.use_distributed_optimizer)
+    return get_megatron_optimizer(ocfg, model)
+
+
+def _wire(cfg, model: list, overlap_grad_reduce: bool, finalize) -> None:
+    """Megatron-LM training.py's hookup of DDP into the schedules."""
+    one = len(model) == 1
+    if overlap_grad_reduce:
+        no_sync = [c.no_sync for c in model]
+        cfg.no_sync_func = no_sync[0] if one else no_sync
+        grad_sync = [c.start_grad_sync for c in model]
+        cfg.grad_sync_func = grad_sync[0] if one else grad_sync
+    cfg.finalize_model_grads_func = finalize
+
+
+def teardown() -> None:
+    """Destroy model-parallel groups (keeps the default group for another build)."""
+    from megatron.core import parallel_state as ps
+    if ps.model_parallel_is_initialized():
+        ps.destroy_model_parallel()

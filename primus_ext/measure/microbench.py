@@ -1,0 +1,151 @@
+"""Communication microbenchmarks on the local process groups, fitted to alpha-beta.
+
+For each collective (all-reduce, all-gather, reduce-scatter, all-to-all, p2p) and each
+group size the local run has, a sweep over message sizes; the median of ``repeats``
+timed calls per size (after a barrier and a warm-up call) is fitted to
+``t = alpha + bytes / bw`` by least squares on relative error (small messages weigh as
+much as large ones). Bytes follow the comm model's convention (the full buffer): see
+``profile.py``.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+from primus_ext.measure.profile import CommFit
+
+DEFAULT_SIZES = tuple(2 ** k for k in range(12, 25, 2))  # 4 KiB .. 16 MiB
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
+
+
+def fit_alpha_beta(points: list[tuple[float, float]]) -> tuple[float, float, float]:
+    """(alpha_s, gbps, max relative error) of ``t = a + x / (gbps*1e9)`` minimising the
+    relative squared error (weights 1/t^2). Alpha and 1/bw are kept non-negative."""
+    if not points:
+        raise ValueError("no points to fit")
+    # Weighted least squares for t = a + b x with weights w = 1/t^2.
+    sw = sx = sy = sxx = sxy = 0.0
+    for x, t in points:
+        w = 1.0 / max(t, 1e-12) ** 2
+        sw += w
+        sx += w * x
+        sy += w * t
+        sxx += w * x * x
+        sxy += w * x * t
+    det = sw * sxx - sx * sx
+    if det <= 0:
+        a, b = sy / sw, 0.0
+    else:
+        b = (sw * sxy - sx * sy) / det
+        a = (sy - b * sx) / sw
+    if b <= 0:  # bandwidth not resolved: latency only
+        b = 1e-15
+        a = sy / sw
+    if a < 0:  # pure bandwidth through the origin
+        a = 0.0
+        b = sum(t * x / max(t, 1e-12) ** 2 for x, t in points) / sum(
+            x * x / max(t, 1e-12) ** 2 for x, t in points)
+    err = max(abs(a + b * x - t) / t for x, t in points)
+    return a, 1.0 / b / 1e9, err
+
+
+def _dtype_size() -> tuple[torch.dtype, int]:
+    return torch.bfloat16, 2
+
+
+def _time_one(fn, repeats: int, group) -> float:
+    dist.barrier(group=group)
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        dist.barrier(group=group)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def _call(collective: str, nbytes: int, group, size: int, rank_in_group: int, ranks):
+    dtype, esize = _dtype_size()
+    dev = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
+        else torch.device("cpu")
+    n = max(nbytes // esize // size * size, size)
+    if collective == "all_reduce":
+        x = torch.ones(n, dtype=dtype, device=dev)
+        return lambda: dist.all_reduce(x, group=group), n * esize
+    if collective == "all_gather":
+        out = torch.empty(n, dtype=dtype, device=dev)
+        inp = torch.ones(n // size, dtype=dtype, device=dev)
+        return lambda: dist.all_gather_into_tensor(out, inp, group=group), n * esize
+    if collective == "reduce_scatter":
+        inp = torch.ones(n, dtype=dtype, device=dev)
+        out = torch.empty(n // size, dtype=dtype, device=dev)
+        return lambda: dist.reduce_scatter_tensor(out, inp, group=group), n * esize
+    if collective == "all_to_all":
+        inp = torch.ones(n, dtype=dtype, device=dev)
+        out = torch.empty(n, dtype=dtype, device=dev)
+        return lambda: dist.all_to_all_single(out, inp, group=group), n * esize
+    if collective == "p2p":
+        # Ring exchange: each rank sends n elements to the next, receives from the
+        # previous (what a pipeline stage boundary does in steady state).
+        send = torch.ones(n, dtype=dtype, device=dev)
+        recv = torch.empty(n, dtype=dtype, device=dev)
+        nxt, prv = ranks[(rank_in_group + 1) % size], ranks[(rank_in_group - 1) % size]
+
+        def fn():
+            ops = [dist.P2POp(dist.isend, send, nxt, group=group),
+                   dist.P2POp(dist.irecv, recv, prv, group=group)]
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+        return fn, n * esize
+    raise ValueError(f"collective {collective!r} is not one of {', '.join(COLLECTIVES)}")
+
+
+def run_microbenchmarks(groups: dict[str, object], *, sizes=DEFAULT_SIZES,
+                        repeats: int = 5, collectives=COLLECTIVES) -> list[CommFit]:
+    """Fits per (collective, group size) over the distinct group sizes in ``groups``
+    (axis -> process group; the world is added). Every rank must call it."""
+    from primus_ext.measure.tracer import get_tracer
+    tracer = get_tracer()
+    was = tracer.enabled if tracer else False
+    if tracer:
+        tracer.enabled = False
+    by_size: dict[int, object] = {}
+    world = dist.get_world_size()
+    cands = list(groups.values()) + [None]
+    for g in cands:
+        size = dist.get_world_size(g) if g is not None else world
+        if size > 1 and size not in by_size:
+            by_size[size] = g
+    fits = []
+    try:
+        for size in sorted(by_size):
+            group = by_size[size]
+            ranks = dist.get_process_group_ranks(group) if group is not None \
+                else list(range(world))
+            me = ranks.index(dist.get_rank())
+            for coll in collectives:
+                pts = []
+                for nbytes in sizes:
+                    fn, real = _call(coll, nbytes, group, size, me, ranks)
+                    pts.append((float(real), _time_one(fn, repeats, group)))
+                # The slowest rank decides: agree on the max per point.
+                t = torch.tensor([p[1] for p in pts], dtype=torch.float64)
+                if torch.cuda.is_available():
+                    t = t.cuda()
+                dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+                pts = [(x, float(v)) for (x, _), v in zip(pts, t.tolist())]
+                a, gbps, err = fit_alpha_beta(pts)
+                fits.append(CommFit(collective=coll, group_size=size, alpha_s=a, gbps=gbps,
+                                    points=tuple(pts), max_rel_err=err))
+    finally:
+        if tracer:
+            tracer.enabled = was
+    return fits

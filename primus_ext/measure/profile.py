@@ -1,0 +1,140 @@
+"""Profile: what a measured run produced, saved as JSON with a schema version (pure).
+
+Seconds are per microbatch per layer on one rank (medians over repeats, microbatches and
+the layers of a kind; the slowest rank where ranks differ). Collective bytes follow the
+comm model's convention (``CommOp.num_bytes``: the full buffer as nccl-tests counts it --
+the gathered output of an all-gather, the input of a reduce-scatter, the tensor of an
+all-reduce, the local input of an all-to-all, the bytes sent by a p2p).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+
+from primus_ext.util.files import atomic_write_text
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CollectiveSeen:
+    """One kind of collective issued inside a layer kind, per layer per microbatch."""
+    kind: str  # dense | moe | embedding | output | step
+    part: str  # attn | mlp | layer (outside the sub-modules) | step
+    op: str  # the torch.distributed function
+    collective: str  # all_reduce | all_gather | reduce_scatter | all_to_all | p2p
+    axis: str  # tp | cp | ep | etp | tp_ep | dp | edp | pp | world
+    phase: str  # fwd | bwd | step
+    group_size: int
+    num_bytes: float  # mean per call, comm-model convention (see module docstring)
+    count: float  # calls per layer per microbatch (per step for kind 'step')
+    seconds: float  # median per call on the measuring devices
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KindTiming:
+    """Measured times of one layer kind, seconds per layer per microbatch."""
+    kind: str
+    num_layers: int  # layers of this kind in the measured run
+    num_samples: int
+    fwd_s: float
+    bwd_s: float
+    # Sub-module times: {"attn": {"fwd": s, "bwd": s}, "mlp": {...}, "core_attn": ...}
+    parts: dict = field(default_factory=dict)
+    # Collective seconds included in fwd_s / bwd_s, per axis and phase:
+    # {"tp": {"fwd": s, "bwd": s}, ...}; group-size-1 calls are listed under their axis.
+    comm_s: dict = field(default_factory=dict)
+    # Slowdown of this kind's compute when every core of the node is busy (CPU only):
+    # time with busy neighbours / time alone (1.0 on GPUs).
+    contention: float = 1.0
+    activation_bytes: int | None = None  # saved for backward, per layer per microbatch
+    recompute_s: float | None = None  # measured recomputed forward (full recompute)
+    per_rank_fwd_s: tuple[float, ...] = ()
+    per_rank_bwd_s: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CommFit:
+    """Alpha-beta fit ``t = alpha_s + num_bytes / (gbps * 1e9)`` of one collective."""
+    collective: str
+    group_size: int
+    alpha_s: float
+    gbps: float
+    points: tuple[tuple[float, float], ...]  # (num_bytes, median seconds)
+    max_rel_err: float
+
+    def seconds(self, num_bytes: float) -> float:
+        return self.alpha_s + num_bytes / (self.gbps * 1e9) if num_bytes > 0 else 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Profile:
+    schema_version: int = SCHEMA_VERSION
+    created: str
+    device: dict  # kind (cpu|cuda), name, hardware preset, count, threads, clock
+    versions: dict  # torch, megatron_core, python, primus_ext
+    target_overrides: tuple[str, ...]
+    downscale_overrides: tuple[str, ...]
+    rules: tuple[str, ...]
+    measured_shapes: dict  # rank_shapes() of the measured run (what was built)
+    measured_parallel: dict  # tp, cp, ep, etp, dp, sequence_parallel, world
+    layers: dict  # kind -> KindTiming
+    collectives: tuple[CollectiveSeen, ...]
+    step: dict  # step_s, fwd_bwd_s, optimizer_s, num_microbatches, num_params, ...
+    comm_fits: tuple[CommFit, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    # ---- JSON ----------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["layers"] = {k: asdict(v) for k, v in self.layers.items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Profile":
+        v = d.get("schema_version")
+        if v != SCHEMA_VERSION:
+            raise ValueError(f"profile schema_version={v!r}; this version reads "
+                             f"{SCHEMA_VERSION} (re-run mode=measure)")
+        d = dict(d)
+        d["layers"] = {k: KindTiming(**{**x, "per_rank_fwd_s": tuple(x.get("per_rank_fwd_s", ())),
+                                        "per_rank_bwd_s": tuple(x.get("per_rank_bwd_s", ()))})
+                       for k, x in d["layers"].items()}
+        d["collectives"] = tuple(CollectiveSeen(**c) for c in d["collectives"])
+        d["comm_fits"] = tuple(CommFit(**{**c, "points": tuple(tuple(p) for p in c["points"])})
+                               for c in d.get("comm_fits", ()))
+        for k in ("target_overrides", "downscale_overrides", "rules", "notes"):
+            d[k] = tuple(d.get(k, ()))
+        return cls(**d)
+
+    def save(self, path: str | os.PathLike) -> None:
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Profile":
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"profile={path}: no such file")
+        with open(path) as f:
+            try:
+                data = json.load(f)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"profile {path} is not valid JSON: {exc}") from exc
+        return cls.from_dict(data)
+
+    # ---- queries -------------------------------------------------------------------
+    def fit(self, collective: str, group_size: int) -> CommFit | None:
+        best = None
+        for f in self.comm_fits:
+            if f.collective == collective and f.group_size == group_size:
+                return f
+            if f.collective == collective and (best is None or f.group_size > best.group_size):
+                best = f if f.group_size <= group_size else best
+        return best
+
+    def collectives_of(self, kind: str) -> list[CollectiveSeen]:
+        return [c for c in self.collectives if c.kind == kind]
+
+    @property
+    def hardware(self) -> str:
+        return self.device.get("hardware", "")
