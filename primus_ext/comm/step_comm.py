@@ -98,9 +98,21 @@ def _add(a: SyncCost, b: SyncCost) -> SyncCost:
                     a.num_buckets + b.num_buckets, a.num_bytes + b.num_bytes)
 
 
-def dp_grad_sync(spec: RunSpec, num_dense_params: float, num_expert_params: float = 0.0
+def _counts(num_dense_params, num_expert_params: float) -> tuple[float, float]:
+    """Accept ``(dense, expert)`` as returned by ``stage_param_counts`` in place of two
+    numbers."""
+    if isinstance(num_dense_params, tuple):
+        return num_dense_params
+    return num_dense_params, num_expert_params
+
+
+def dp_grad_sync(spec: RunSpec, num_dense_params, num_expert_params: float = 0.0
                  ) -> SyncCost:
-    """Gradient reduction of one rank's parameters (a pipeline stage's), per step."""
+    """Gradient reduction of one rank's parameters (a pipeline stage's), per step.
+
+    ``num_dense_params`` may be the ``(dense, expert)`` pair of
+    ``compute.rank_params.stage_param_counts``."""
+    num_dense_params, num_expert_params = _counts(num_dense_params, num_expert_params)
     if spec.parallel.fsdp:
         return SyncCost(0.0, 0.0, 0, 0.0)
     coll = reduce_scatter_s if spec.parallel.use_distributed_optimizer else all_reduce_s
@@ -109,14 +121,15 @@ def dp_grad_sync(spec: RunSpec, num_dense_params: float, num_expert_params: floa
                 _bucketed(spec, "edp", num_expert_params, gb, coll))
 
 
-def dp_grad_sync_s(spec: RunSpec, num_dense_params: float, num_expert_params: float = 0.0
+def dp_grad_sync_s(spec: RunSpec, num_dense_params, num_expert_params: float = 0.0
                    ) -> float:
     return dp_grad_sync(spec, num_dense_params, num_expert_params).total_s
 
 
-def param_gather(spec: RunSpec, num_dense_params: float, num_expert_params: float = 0.0
+def param_gather(spec: RunSpec, num_dense_params, num_expert_params: float = 0.0
                  ) -> SyncCost:
     """All-gather of the updated parameters (distributed optimizer only), per step."""
+    num_dense_params, num_expert_params = _counts(num_dense_params, num_expert_params)
     par = spec.parallel
     if par.fsdp or not par.use_distributed_optimizer:
         return SyncCost(0.0, 0.0, 0, 0.0)
@@ -125,7 +138,7 @@ def param_gather(spec: RunSpec, num_dense_params: float, num_expert_params: floa
                 _bucketed(spec, "edp", num_expert_params, pb, all_gather_s))
 
 
-def param_gather_s(spec: RunSpec, num_dense_params: float, num_expert_params: float = 0.0
+def param_gather_s(spec: RunSpec, num_dense_params, num_expert_params: float = 0.0
                    ) -> float:
     return param_gather(spec, num_dense_params, num_expert_params).total_s
 

@@ -32,10 +32,13 @@ def updated_params(spec: RunSpec, num_dense_params: float, num_expert_params: fl
     return num_dense_params + num_expert_params
 
 
-def optimizer_step_s(spec: RunSpec, num_params_on_rank: float,
+def optimizer_step_s(spec: RunSpec, num_params_on_rank,
                      num_expert_params_on_rank: float = 0.0) -> float:
-    """Seconds of one optimizer step on a rank holding these (dense, expert) parameters
-    (e.g. ``stage_param_counts(spec, stage)``)."""
+    """Seconds of one optimizer step on a rank *holding* these dense and expert parameters
+    (before optimizer sharding: e.g. ``stage_param_counts(spec, stage)``, which may be
+    passed as the tuple itself); the distributed-optimizer / FSDP shard is taken here."""
+    if isinstance(num_params_on_rank, tuple):
+        num_params_on_rank, num_expert_params_on_rank = num_params_on_rank
     hw = spec.cluster.hardware
     local = updated_params(spec, num_params_on_rank, num_expert_params_on_rank)
     held = num_params_on_rank + num_expert_params_on_rank

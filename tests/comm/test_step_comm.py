@@ -89,3 +89,11 @@ def test_stage_params_and_optimizer():
 def test_fsdp_has_no_step_sync():
     s = spec(tp=1, fsdp=True)
     assert dp_grad_sync(s, 1e9).total_s == 0 and param_gather(s, 1e9).total_s == 0
+
+
+def test_stage_counts_tuple_is_accepted():
+    s = spec(MOE, tp=1, ep=8)
+    counts = stage_param_counts(s, 0)
+    assert counts[1] > 0
+    assert dp_grad_sync(s, counts) == dp_grad_sync(s, *counts)
+    assert optimizer_step_s(s, counts) == optimizer_step_s(s, *counts)

@@ -150,3 +150,43 @@ def test_step_helpers():
     # (achievable-performance.md 5.2); 0.7 of HBM and the norm/zero passes here.
     t = optimizer_step_s(run(llama70b(), tp=8, nodes=1, use_distributed_optimizer=False), 1e9)
     assert 0.010 < t < 0.020
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["dense", "gqa_window", "moe", "mla"]), st.sampled_from([1, 2, 4]),
+       st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.sampled_from([1, 2, 4]),
+       st.sampled_from(["bf16", "fp8", "fp16", "fp32"]),
+       st.sampled_from([None, "selective", "full"]), st.sampled_from(["flash", "unfused"]),
+       st.sampled_from(["p2p", "a2a"]), st.booleans(), st.booleans(),
+       st.sampled_from(["h100", "mi300x", "gb200", "a100"]))
+def test_any_legal_layout_gives_finite_positive_costs(arch, tp, cp, pp, ep, precision,
+                                                      recompute, backend_name, cp_type,
+                                                      overlap, fsdp, gpu):
+    import math
+    models = {"dense": llama70b(num_layers=8),
+              "gqa_window": llama70b(num_layers=8, window_size=256,
+                                     window_full_attention_every=2, mtp_num_layers=1),
+              "moe": mixtral(), "mla": dsv3(num_layers=8, moe_first_k_dense=1)}
+    model = models[arch]
+    if not model.is_moe:
+        ep = 1
+    if backend_name == "unfused":
+        cp = 1
+    train = dict(seq_length=4096, global_batch_size=256, precision=precision,
+                 attention_backend=backend_name)
+    if recompute == "full":
+        train.update(recompute_granularity="full", recompute_method="block",
+                     recompute_num_layers=1)
+    elif recompute:
+        train.update(recompute_granularity=recompute)
+    spec = run(model, hw=gpu, nodes=4, tp=tp, cp=cp, pp=pp, ep=ep, cp_comm_type=cp_type,
+               sequence_parallel=tp > 1, tp_comm_overlap=overlap and tp > 1, fsdp=fsdp,
+               train=train)
+    lc = simulate_layer_costs(spec)
+    assert len(lc.decoder_kinds) == model.num_layers
+    for kind in lc.kinds.values():
+        for v in (kind.fwd_s, kind.bwd_input_s, kind.bwd_weight_s, kind.recompute_s):
+            assert math.isfinite(v) and v >= 0
+        assert kind.fwd_s > 0
+        for c in kind.comms:
+            assert math.isfinite(c.seconds) and 0 <= c.exposed_s <= c.seconds + 1e-12
