@@ -3,11 +3,16 @@
 User errors (a bad override value, an illegal layout, a malformed CSV row) print one line
 naming the field and the rule and exit with status 2; set HYDRA_FULL_ERROR=1 for the
 traceback.
+
+Under torchrun (RANK / LOCAL_RANK set) every rank runs this app: all ranks agree on one
+run directory (``torchrun_run_id``), only rank 0 may write Hydra's output subdirectory,
+and multirun is refused (each rank would run its own sweep).
 """
 from __future__ import annotations
 
 import os
 import sys
+from typing import Mapping
 
 import hydra
 from omegaconf import DictConfig
@@ -44,7 +49,60 @@ def _is_multirun() -> bool:
         return False
 
 
+_MULTIRUN_FLAGS = ("-m", "--multirun", "hydra.mode=MULTIRUN")
+
+
+def torchrun_rank(env: Mapping[str, str]) -> int | None:
+    """This process's global rank under torchrun (or any launcher that sets RANK or
+    LOCAL_RANK), else None."""
+    value = env.get("RANK", env.get("LOCAL_RANK"))
+    return int(value) if value not in (None, "") else None
+
+
+def torchrun_run_id(env: Mapping[str, str], agent_pid: int) -> str:
+    """One run-directory name that every rank of one torchrun launch derives alike.
+
+    PRIMUS_EXT_RUN_ID wins when set. Else torchrun's rendezvous id (TORCHELASTIC_RUN_ID:
+    a fresh uuid for single-node and --standalone launches, the --rdzv-id otherwise),
+    with the restart count after an elastic restart. Static multi-node rendezvous has
+    no id ("none"): the master address and port are all the nodes share, so such runs
+    reuse one directory unless --rdzv-id or PRIMUS_EXT_RUN_ID is given; on one node the
+    agent's pid (every worker's parent) tells launches apart.
+    """
+    if env.get("PRIMUS_EXT_RUN_ID"):
+        return env["PRIMUS_EXT_RUN_ID"]
+    restarts = env.get("TORCHELASTIC_RESTART_COUNT", "0")
+    suffix = f"-restart{restarts}" if restarts not in ("", "0") else ""
+    run_id = env.get("TORCHELASTIC_RUN_ID", "")
+    if run_id and run_id != "none":
+        return f"torchrun-{run_id}{suffix}"
+    where = f"{env.get('MASTER_ADDR', 'localhost')}-{env.get('MASTER_PORT', '0')}"
+    single_node = env.get("WORLD_SIZE") == env.get("LOCAL_WORLD_SIZE")
+    return f"torchrun-{where}" + (f"-agent{agent_pid}" if single_node else "") + suffix
+
+
+def torchrun_args(argv: list[str], env: Mapping[str, str],
+                  agent_pid: int) -> tuple[list[str], dict[str, str]]:
+    """(argv, environment updates) for this rank; unchanged outside torchrun."""
+    rank = torchrun_rank(env)
+    if rank is None:
+        return argv, {}
+    if any(a in _MULTIRUN_FLAGS for a in argv[1:]):
+        raise ValueError(f"multirun (-m) under torchrun (RANK={rank}): every rank would "
+                         "run its own sweep; run sweeps and the tuner in one process")
+    updates = {"PRIMUS_EXT_RUN_ID": torchrun_run_id(env, agent_pid)}
+    if rank != 0:
+        argv = argv + ["hydra.output_subdir=null"]
+    return argv, updates
+
+
 def main() -> None:
+    try:
+        argv, env = torchrun_args(sys.argv, os.environ, os.getppid())
+    except ValueError as exc:
+        _fail(str(exc))
+    sys.argv[:] = argv
+    os.environ.update(env)
     _app()
 
 
