@@ -1,0 +1,114 @@
+"""Hydra overrides that reproduce a RunSpec, and its full composed config.
+
+``spec_overrides(spec, user_overrides)``: the user's own overrides (those that shape the
+job: model, cluster, train, calibration), then one ``group.field=value`` for every field
+where the spec differs from what they compose to. The result is checked: composing it
+gives ``spec`` again, or an AssertionError says which field went astray.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Sequence
+
+from omegaconf import OmegaConf
+
+from primus_ext.config import compose_cfg, spec_from_cfg
+from primus_ext.spec import RunSpec
+
+# Top-level keys and groups of a tune command that have no place in a projection command.
+_DROP = re.compile(r"^[+~]*(mode|output|tune|hydra|plot|trace|out|runs)(\.|=|$)")
+_GROUPS = ("model", "parallel", "train", "cluster")
+_SAFE = re.compile(r"^[A-Za-z0-9_./:-]+$")
+
+
+def hydra_value(v) -> str:
+    """A value in Hydra's override grammar."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(hydra_value(x) for x in v) + "]"
+    s = str(v)
+    if _SAFE.match(s) and s not in ("null", "true", "false") and not _numeric(s):
+        return s
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _numeric(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
+
+
+def keep_override(o: str) -> bool:
+    return not _DROP.match(o.strip())
+
+
+def _key_of(o: str) -> str:
+    return o.split("=", 1)[0].lstrip("+~")
+
+
+def _starting_overrides(spec: RunSpec, user: Sequence[str] | None) -> list[str]:
+    if user is not None:
+        return [o for o in user if keep_override(o)]
+    from primus_ext.presets import list_presets
+
+    out = []
+    if spec.model.name in list_presets("model"):
+        out.append(f"model={spec.model.name}")
+    out.append(f"cluster.hardware={spec.cluster.hardware.name}")
+    return out
+
+
+def _diffs(group: str, have, want, cfg) -> list[tuple[str, object]]:
+    out = []
+    for f in dataclasses.fields(want):
+        if not f.init:
+            continue
+        a, b = getattr(have, f.name), getattr(want, f.name)
+        if a != b:
+            out.append((f.name, b))
+    return out
+
+
+def spec_overrides(spec: RunSpec, user_overrides: Sequence[str] | None = None) -> list[str]:
+    """Overrides that compose to exactly ``spec``."""
+    start = _starting_overrides(spec, user_overrides)
+    cfg = compose_cfg(start)
+    have = spec_from_cfg(cfg)
+    extra: list[str] = []
+    cluster_keys = {"hardware", "num_nodes", "gpus_per_node", "gpu_hour_cost"}
+    for group in ("model", "parallel", "train"):
+        for name, value in _diffs(group, getattr(have, group), getattr(spec, group), cfg):
+            prefix = "" if name in cfg[group] else "+"
+            extra.append(f"{prefix}{group}.{name}={hydra_value(value)}")
+    hc, wc = have.cluster, spec.cluster
+    if hc.hardware.name != wc.hardware.name:
+        extra.append(f"cluster.hardware={wc.hardware.name}")
+    for name in sorted(cluster_keys - {"hardware"}):
+        if getattr(hc, name) != getattr(wc, name):
+            extra.append(f"cluster.{name}={hydra_value(getattr(wc, name))}")
+    out = [o for o in start if _key_of(o) not in {_key_of(e) for e in extra}] + extra
+    if hc.hardware.name != wc.hardware.name:
+        # Overrides of another GPU kind's constants do not carry over to this one.
+        out = [o for o in out if not _key_of(o).startswith("cluster.hardware_overrides")]
+    again = spec_from_cfg(compose_cfg(out))
+    if again != spec:
+        bad = [g for g in _GROUPS if getattr(again, g) != getattr(spec, g)]
+        raise AssertionError(f"overrides {out} do not reproduce the spec (group(s) "
+                             f"{', '.join(bad)} differ)")
+    return out
+
+
+def recipe_config(overrides: Sequence[str]) -> str:
+    """The full composed config for ``overrides`` as YAML (mode=project, no tune group)."""
+    cfg = compose_cfg(list(overrides) + ["mode=project"])
+    data = OmegaConf.to_container(cfg, resolve=False)
+    data.pop("tune", None)
+    return OmegaConf.to_yaml(OmegaConf.create(data))

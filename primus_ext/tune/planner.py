@@ -1,0 +1,113 @@
+"""Seed planner: the baseline, then one axis at a time around it (deterministic).
+
+The baseline is the user's layout (the composed config's parallel and train groups).
+When it is illegal, the nearest legal point stands in (fewest axes changed, ties broken
+by axis order); when it does not fit in memory, memory relief is applied (heavier
+recompute, FSDP, a smaller micro batch) until it does. Around the baseline every axis is
+swept alone, in the order of its usual impact on step time (recompute and micro batch
+first, as in the reference agent's plan), and a sweep value that does not fit gets the
+same memory relief once.
+"""
+from __future__ import annotations
+
+from primus_ext.tune.evaluate import BudgetExhausted, Evaluator, Trial
+from primus_ext.tune.space import AXES, IDX, Point, SearchSpace, parse_recompute
+
+# Sweep order: what usually moves step time most first.
+SWEEP_ORDER = ("recompute", "micro_batch_size", "pp", "vpp", "tp", "cp", "ep", "etp",
+               "sharding", "schedule", "sequence_parallel", "tp_comm_overlap",
+               "overlap_grad_reduce", "overlap_param_gather", "precision", "num_nodes",
+               "hardware")
+assert set(SWEEP_ORDER) == set(AXES)
+
+_RELIEF_RANK = {None: 0, "selective": 1, "full": 2}
+
+
+def _relief(space: SearchSpace, point: Point) -> list[Point]:
+    """Variants of ``point`` that use less memory, gentlest first."""
+    d = dict(zip(AXES, point))
+    out = []
+    rank = _RELIEF_RANK[parse_recompute(d["recompute"])[0]]
+    heavier = [r for r in space.axes["recompute"] if _RELIEF_RANK[parse_recompute(r)[0]] > rank]
+    for r in heavier:
+        out.append(space.vary(point, recompute=r))
+    if d["sharding"] != "fsdp" and "fsdp" in space.axes["sharding"]:
+        out.append(space.vary(point, sharding="fsdp"))
+        out += [space.vary(point, sharding="fsdp", recompute=r) for r in heavier]
+    for m in sorted(space.axes["micro_batch_size"], reverse=True):
+        if m < d["micro_batch_size"]:
+            out.append(space.vary(point, micro_batch_size=m))
+            out += [space.vary(point, micro_batch_size=m, recompute=r) for r in heavier]
+    return [p for p in out if p != point]
+
+
+def relieve(ev: Evaluator, trial: Trial, source: str) -> Trial:
+    """``trial`` if it fits, else the first memory-relief variant that does."""
+    if trial.verdict != "oom":
+        return trial
+    for p in _relief(ev.space, trial.point):
+        if ev.space.spec(p) is None:
+            continue
+        t = ev.evaluate(p, source)
+        if t.verdict == "ok":
+            return t
+    return trial
+
+
+def _by_distance(space: SearchSpace, point: Point) -> list[Point]:
+    """Legal points, fewest changed axes first (then the least model parallelism)."""
+    def key(p):
+        d = dict(zip(AXES, p))
+        return (sum(a != b for a, b in zip(p, point)), d["tp"] * d["pp"] * d["cp"], d["pp"])
+    return sorted(space.legal_points(), key=key)
+
+
+# How many of the nearest legal points the planner tries for a fitting baseline.
+MAX_BASELINE_TRIES = 256
+
+
+def baseline_trial(ev: Evaluator, point: Point) -> tuple[Trial, Trial]:
+    """(the user's baseline as evaluated, the legal fitting baseline the planner uses)."""
+    user = ev.evaluate(point, "baseline")
+    snapped = ev.space.snap(user.point)
+    start = user if snapped == user.point else ev.evaluate(snapped, "planner")
+    start = relieve(ev, start, "planner") if start.verdict == "oom" else start
+    if start.verdict in ("ok", "error"):
+        return user, start
+    # Illegal, or no memory relief is enough: the nearest legal layouts that fit.
+    for i, p in enumerate(_by_distance(ev.space, user.point)):
+        if i >= MAX_BASELINE_TRIES:
+            break
+        t = relieve(ev, ev.evaluate(p, "planner"), "planner")
+        if t.verdict == "ok":
+            return user, t
+    if not ev.space.legal_points():
+        raise ValueError("the search space has no legal layout for this job; widen "
+                         "tune.space axes or change the global batch / cluster")
+    return user, start
+
+
+def sweep_points(space: SearchSpace, center: Point) -> list[Point]:
+    """Every other value of each axis with the rest at ``center``, legal ones only."""
+    out, seen = [], {center}
+    for axis in SWEEP_ORDER:
+        for v in space.axes[axis]:
+            if v == center[IDX[axis]]:
+                continue
+            p = space.vary(center, **{axis: v})
+            if p not in seen and space.spec(p) is not None:
+                seen.add(p)
+                out.append(p)
+    return out
+
+
+def plan(ev: Evaluator, baseline: Point) -> tuple[Trial, Trial, list[Trial]]:
+    """Evaluate the seeds: (user baseline, working baseline, every seed trial)."""
+    user, start = baseline_trial(ev, baseline)
+    seeds = [start]
+    try:
+        for p in sweep_points(ev.space, start.point):
+            seeds.append(relieve(ev, ev.evaluate(p, "planner"), "planner"))
+    except BudgetExhausted:
+        pass
+    return user, start, seeds

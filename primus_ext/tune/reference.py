@@ -1,0 +1,58 @@
+"""Reference layouts: a published run of the same job, projected beside the winner.
+
+``tune.reference=auto`` picks the published run (``data/validation/published_runs.csv``)
+whose job equals this one: same model, hardware, GPU count, global batch, sequence length
+and precision. ``tune.reference=<run_id>`` forces a row (its own job is then projected,
+with a note when it differs). The report shows the reference's measured figure, its
+projection under the same projector, and the winner's projected gain over it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from primus_ext.spec import RunSpec
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Reference:
+    run_id: str
+    spec: RunSpec
+    measured_tokens_per_s_per_gpu: float | None
+    source: str
+    same_job: bool
+    notes: tuple[str, ...] = ()
+
+
+def same_job(a: RunSpec, b: RunSpec) -> bool:
+    return (a.model == b.model and a.cluster.hardware.name == b.cluster.hardware.name
+            and a.world_size == b.world_size
+            and a.train.global_batch_size == b.train.global_batch_size
+            and a.train.seq_length == b.train.seq_length
+            and a.train.precision == b.train.precision)
+
+
+def find_reference(base: RunSpec, which: str | None, runs=None) -> Reference | None:
+    """The reference run for ``base``: None, 'auto' or a run_id."""
+    if which is None or str(which).lower() in ("none", "null", "false", ""):
+        return None
+    if runs is None:
+        from primus_ext.published import read_runs
+        runs = read_runs()
+    if str(which).lower() == "auto":
+        hits = [r for r in runs if r.spec is not None and same_job(r.spec, base)]
+        if not hits:
+            return None
+        run = hits[0]
+    else:
+        by_id = {r.run_id: r for r in runs}
+        run = by_id.get(str(which))
+        if run is None:
+            raise ValueError(f"tune.reference={which!r} is not a run_id of the published "
+                             "runs (data/validation/published_runs.csv)")
+        if run.spec is None:
+            raise ValueError(f"tune.reference={which!r}: that row has no usable layout "
+                             f"({run.error})")
+    return Reference(run_id=run.run_id, spec=run.spec,
+                     measured_tokens_per_s_per_gpu=run.measured.tokens_per_s_per_gpu,
+                     source=run.source, same_job=same_job(run.spec, base),
+                     notes=tuple(run.notes))

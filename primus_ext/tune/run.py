@@ -1,0 +1,269 @@
+"""``tune(spec_or_overrides, settings) -> TuneResult``: the tuner end to end.
+
+space (size reported) -> journal (resume) -> baseline and planner seeds -> reference
+layout -> exhaustive or guided search under the budget -> optional LLM rounds ->
+optional hybrid re-ranking -> the recipe directory (when ``out_dir`` is set).
+
+Ctrl-C stops the search where it is: the journal is complete up to the last finished
+trial, the recipe of the best layout so far is written, and ``tune.resume=true`` (with
+the same ``tune.out_dir``) continues from the journal.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from primus_ext.spec import RunSpec
+from primus_ext.tune.evaluate import BudgetExhausted, Evaluator, Trial
+from primus_ext.tune.journal import Journal, job_key
+from primus_ext.tune.planner import plan
+from primus_ext.tune.reference import Reference, find_reference
+from primus_ext.tune.search import exhaustive, guided
+from primus_ext.tune.settings import TuneSettings
+from primus_ext.tune.space import SearchSpace, describe, point_of
+
+log = logging.getLogger("primus_ext.tune")
+
+
+@dataclass
+class TuneResult:
+    best: Trial | None
+    best_spec: RunSpec | None
+    baseline: Trial  # the user's layout as given
+    start: Trial  # the legal, fitting baseline the planner swept around
+    base_spec: RunSpec
+    settings: TuneSettings
+    strategy: str
+    space: dict
+    stats: dict
+    trials: list[Trial]
+    reference: dict | None = None
+    pareto: list[Trial] = field(default_factory=list)
+    llm_rounds: list = field(default_factory=list)
+    llm_note: str | None = None
+    hybrid: list[Trial] | None = None
+    interrupted: bool = False
+    out_dir: Path | None = None
+    files: dict = field(default_factory=dict)
+    spec_of: Callable[[tuple], RunSpec | None] | None = None
+
+    def top(self, k: int) -> list[Trial]:
+        return sorted((t for t in self.trials if t.verdict == "ok"),
+                      key=lambda t: (-t.score, t.index))[:k]
+
+    def to_dict(self) -> dict:
+        def trial(t: Trial | None):
+            if t is None:
+                return None
+            return {**t.to_record(), "layout": describe(t.point)}
+        return {"best": trial(self.best), "baseline": trial(self.baseline),
+                "start": trial(self.start), "strategy": self.strategy,
+                "objective": self.settings.objective,
+                "space": {k: v for k, v in self.space.items()},
+                "stats": self.stats, "reference": self.reference,
+                "pareto": [trial(t) for t in self.pareto],
+                "top": [trial(t) for t in self.top(self.settings.top_k)],
+                "llm_rounds": [r.to_record() for r in self.llm_rounds],
+                "llm_note": self.llm_note,
+                "hybrid": [trial(t) for t in self.hybrid] if self.hybrid else None,
+                "interrupted": self.interrupted,
+                "out_dir": str(self.out_dir) if self.out_dir else None,
+                "files": {k: str(v) for k, v in self.files.items()}}
+
+
+def default_out_dir() -> Path:
+    """Where a Python-API run writes when the config's out_dir needs a Hydra run."""
+    home = os.environ.get("PRIMUS_EXT_HOME") or os.path.join(
+        os.environ.get("HOME", "/tmp"), ".cache", "primus-ext")
+    return Path(home) / "runs" / time.strftime("%Y-%m-%d_%H-%M-%S") / "recipe"
+
+
+def _from_overrides(overrides: Sequence[str], settings):
+    from omegaconf import OmegaConf
+
+    from primus_ext.config import compose_cfg, spec_from_cfg
+
+    cfg = compose_cfg(list(overrides))
+    spec = spec_from_cfg(cfg)
+    if settings is None:
+        data = OmegaConf.to_container(cfg.tune, resolve=False)
+        out = data.get("out_dir")
+        if isinstance(out, str) and "${" in out:
+            data["out_dir"] = str(default_out_dir())
+        settings = TuneSettings.from_dict(data, calibration=cfg.get("calibration", "default"),
+                                          profile=cfg.get("profile"))
+    return spec, settings
+
+
+def _job(spec: RunSpec) -> dict:
+    t, c = spec.train, spec.cluster
+    return {"model": spec.model.name, "num_layers": spec.model.num_layers,
+            "hidden_size": spec.model.hidden_size,
+            "num_moe_experts": spec.model.num_moe_experts,
+            "hardware": c.hardware.name, "num_nodes": c.num_nodes,
+            "gpus_per_node": c.node_size, "world_size": spec.world_size,
+            "global_batch_size": t.global_batch_size, "seq_length": t.seq_length,
+            "precision": t.precision, "hbm_gib": round(c.hardware.hbm_bytes / 2**30, 1)}
+
+
+def tune(spec_or_overrides: RunSpec | Sequence[str], settings: TuneSettings | dict | None = None,
+         *, overrides: Sequence[str] | None = None, memory_fn: Callable | None = None,
+         project_fn: Callable | None = None, llm_client: Any = None,
+         write: bool = True) -> TuneResult:
+    """Tune the layout of a job.
+
+    ``spec_or_overrides``: a RunSpec, or Hydra override strings as for the CLI (then
+    ``settings`` defaults to the composed ``tune`` group). ``settings``: TuneSettings, a
+    dict in the shape of the ``tune`` group, or None for the defaults. ``overrides``:
+    the user's overrides behind a RunSpec, so overrides.txt repeats them.
+    ``memory_fn`` / ``project_fn`` replace the memory model and projector (tests).
+    """
+    if isinstance(spec_or_overrides, RunSpec):
+        base = spec_or_overrides
+        user_overrides = list(overrides) if overrides is not None else None
+    else:
+        user_overrides = list(spec_or_overrides)
+        base, composed = _from_overrides(user_overrides, settings if not isinstance(
+            settings, dict) else None)
+        if settings is None:
+            settings = composed
+    if isinstance(settings, dict):
+        settings = TuneSettings.from_dict(settings)
+    settings = settings or TuneSettings()
+    from primus_ext.tune.hybrid import check_available
+    check_available(settings)
+
+    space = SearchSpace(base, settings.space)
+    t0 = time.monotonic()
+    num_legal = space.num_legal
+    log.info("search space: %d raw points, %d distinct, %d legal (%.2f s)", space.num_raw,
+             space.num_distinct, num_legal, time.monotonic() - t0)
+    strategy = settings.strategy
+    if strategy == "auto":
+        strategy = "exhaustive" if num_legal <= settings.max_candidates else "guided"
+
+    out_dir = Path(settings.out_dir) if (settings.out_dir and write) else None
+    journal = None
+    if out_dir is not None:
+        journal = Journal(out_dir / "trials.jsonl",
+                          {"job": _job(base), "job_key": job_key(base, settings.calibration),
+                           "objective": settings.objective},
+                          resume=settings.resume)
+    from primus_ext.emit.progress import TuneProgress
+    progress = TuneProgress(settings, num_legal if strategy == "exhaustive"
+                            else settings.max_candidates) if settings.progress else None
+    ev = Evaluator(space, settings, memory_fn=memory_fn, project_fn=project_fn,
+                   journal=journal, on_trial=progress.update if progress else None)
+    if journal is not None:
+        for rec in journal.resumed:
+            ev.preload(Trial.from_record(rec))
+        if journal.resumed:
+            log.info("resumed %d trials from %s", len(journal.resumed), journal.path)
+    if strategy == "exhaustive":  # every legal point, whatever the budget
+        settings_run = settings.replace(max_candidates=10**12, max_seconds=None)
+        ev.settings = settings_run
+
+    interrupted = False
+    user = start = None
+    reference, ref_trial, llm_rounds, llm_note, hybrid = None, None, [], None, None
+    try:
+        if progress:
+            progress.start(f"search space: {space.num_raw:,} points, {space.num_distinct:,} "
+                           f"distinct, {num_legal:,} legal; strategy {strategy}")
+        user, start, seeds = plan(ev, point_of(base))
+        reference = find_reference(base, settings.reference)
+        if reference is not None and reference.same_job:
+            ref_trial = ev.evaluate(point_of(reference.spec), "reference",
+                                    enforce_budget=False)
+        if strategy == "exhaustive":
+            exhaustive(ev)
+        else:
+            guided(ev, seeds + ([ref_trial] if ref_trial else []), settings.restarts)
+        if settings.llm.enabled:
+            llm_rounds, llm_note = _run_llm(ev, settings, base, start, journal, llm_client)
+    except KeyboardInterrupt:
+        interrupted = True
+        log.warning("interrupted: the journal holds every finished trial; rerun with "
+                    "tune.resume=true tune.out_dir=%s", out_dir)
+        if user is None:
+            user = ev.cache.get(space.normalize(point_of(base)))
+        if user is None:
+            if journal is not None:
+                journal.close()
+            raise
+        start = start or user
+    except BudgetExhausted:
+        pass
+    finally:
+        if progress:
+            progress.stop()
+    if settings.backend == "hybrid" and not interrupted:
+        from primus_ext.tune.hybrid import rerank
+        hybrid = rerank(ev, settings)
+
+    best = hybrid[0] if hybrid else ev.best
+    stats = {**ev.stats(), "strategy": strategy,
+             "budget": {"candidates": settings.max_candidates,
+                        "seconds": settings.max_seconds}}
+    result = TuneResult(best=best, best_spec=space.spec(best.point) if best else None,
+                        baseline=user, start=start, base_spec=base, settings=settings,
+                        strategy=strategy, space=space.summary(), stats=stats,
+                        trials=list(ev.trials), llm_rounds=llm_rounds, llm_note=llm_note,
+                        hybrid=hybrid, interrupted=interrupted, out_dir=out_dir,
+                        spec_of=space.spec)
+    result.reference = _reference_entry(reference, ref_trial, ev, result)
+    from primus_ext.tune.pareto import pareto_front
+    result.pareto = pareto_front(ev.ok_trials(), space)
+    if journal is not None:
+        journal.close()
+    if out_dir is not None and best is not None:
+        from primus_ext.emit.recipe import write_recipe
+        result.files = write_recipe(result, out_dir, user_overrides,
+                                    project_fn=project_fn)
+    return result
+
+
+def _run_llm(ev, settings, base, start, journal, client):
+    from primus_ext.tune.llm import LLMLoop
+
+    loop = LLMLoop(ev, settings.llm, _job(base), start.point, journal=journal,
+                   client=client)
+    try:
+        rounds = loop.run()
+    except RuntimeError as exc:  # no endpoint configured
+        log.warning("LLM loop skipped: %s", exc)
+        return [], f"skipped: {exc}"
+    return rounds, None
+
+
+def _reference_entry(ref: Reference | None, trial: Trial | None, ev: Evaluator,
+                     result: TuneResult) -> dict | None:
+    if ref is None:
+        return None
+    entry = {"run_id": ref.run_id, "source": ref.source, "same_job": ref.same_job,
+             "measured_tokens_per_s_per_gpu": ref.measured_tokens_per_s_per_gpu,
+             "layout": describe(point_of(ref.spec)), "verdict": None, "projected": None,
+             "gain": None}
+    metrics = trial.metrics if trial is not None and trial.verdict == "ok" else None
+    if trial is not None:
+        entry["verdict"], entry["reason"] = trial.verdict, trial.reason
+    if metrics is None:
+        # Projected anyway (the memory model may reject it): the report still shows it.
+        try:
+            est = ev.project_fn(ref.spec)
+            from primus_ext.tune.evaluate import compact_estimate
+            peak = est.memory.peak_bytes if getattr(est, "memory", None) else 0
+            device = getattr(est.memory, "device_bytes", None) or \
+                ref.spec.cluster.hardware.hbm_bytes
+            metrics = compact_estimate(est, ref.spec, peak, device)
+        except Exception as exc:  # noqa: BLE001
+            entry["reason"] = f"projection failed: {type(exc).__name__}: {exc}"
+    entry["projected"] = metrics
+    if metrics and result.best is not None and result.best.metrics:
+        entry["gain"] = (result.best.metrics["tokens_per_s_per_gpu"]
+                         / metrics["tokens_per_s_per_gpu"] - 1.0)
+    return entry

@@ -1,0 +1,421 @@
+"""The search space: layout axes around a fixed job, and the legal candidates in it.
+
+The job is fixed by the base RunSpec: model, global batch, sequence length, precision
+(unless ``space.precision`` lists more) and cluster (unless ``space.num_nodes`` /
+``space.hardware`` list more, for cluster planning). A candidate is a *point*: one value
+per axis of ``AXES``. Points are normalised first (values that cannot matter collapse,
+e.g. sequence parallelism at tp=1), so every legal point is one distinct RunSpec.
+
+Legality is ``RunSpec`` construction, i.e. ``check_run`` plus the spec dataclasses'
+own rules: one rule set for the CLI, the published-run reader and the tuner. On top of
+it the tuner skips two kinds of point it will not recommend (counted apart): uneven
+pipeline splits where even ones exist, and zero-bubble with virtual stages.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+from collections import Counter
+from typing import Iterable, Mapping
+
+from primus_ext.presets import hardware_preset
+from primus_ext.spec import ClusterSpec, RunSpec
+from primus_ext.tune.settings import SpaceSettings
+
+AXES = ("num_nodes", "hardware", "tp", "pp", "vpp", "cp", "ep", "etp",
+        "micro_batch_size", "recompute", "sharding", "sequence_parallel",
+        "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "schedule",
+        "precision")
+IDX = {a: i for i, a in enumerate(AXES)}
+SHARDINGS = ("distributed_optimizer", "fsdp", "none")
+_UNEVEN_FIELDS = ("pipeline_layout", "decoder_first_pipeline_num_layers",
+                  "decoder_last_pipeline_num_layers")
+
+Point = tuple
+
+
+# ---- recompute labels ---------------------------------------------------------------
+def recompute_label(granularity: str | None, method: str | None = None,
+                    num_layers: int | None = None) -> str:
+    """'none', 'selective' or 'full-<method>-<num_layers>' (one axis for three fields)."""
+    if granularity is None:
+        return "none"
+    if granularity == "selective":
+        return "selective"
+    return f"full-{method}-{num_layers}"
+
+
+def parse_recompute(label: str) -> tuple[str | None, str | None, int | None]:
+    m = re.fullmatch(r"full-(uniform|block)-(\d+)", str(label))
+    if m:
+        return "full", m.group(1), int(m.group(2))
+    if label in ("none", None):
+        return None, None, None
+    if label == "selective":
+        return "selective", None, None
+    raise ValueError(f"recompute={label!r} must be 'none', 'selective' or "
+                     "'full-<uniform|block>-<num_layers>', e.g. 'full-uniform-1'")
+
+
+def sharding_of(par) -> str:
+    if par.fsdp:
+        return "fsdp"
+    return "distributed_optimizer" if par.use_distributed_optimizer else "none"
+
+
+def point_of(spec: RunSpec) -> Point:
+    """The (unnormalised) point of any spec: the baseline, a reference layout."""
+    p, t, c = spec.parallel, spec.train, spec.cluster
+    values = dict(num_nodes=c.num_nodes, hardware=c.hardware.name, tp=p.tp, pp=p.pp,
+                  vpp=p.vpp, cp=p.cp, ep=p.ep, etp=p.etp,
+                  micro_batch_size=t.micro_batch_size,
+                  recompute=recompute_label(t.recompute_granularity, t.recompute_method,
+                                            t.recompute_num_layers),
+                  sharding=sharding_of(p), sequence_parallel=p.sequence_parallel,
+                  overlap_grad_reduce=p.overlap_grad_reduce,
+                  overlap_param_gather=p.overlap_param_gather,
+                  tp_comm_overlap=p.tp_comm_overlap, schedule=p.schedule,
+                  precision=t.precision)
+    return tuple(values[a] for a in AXES)
+
+
+def as_dict(point: Point) -> dict:
+    return dict(zip(AXES, point))
+
+
+def describe(point: Point) -> str:
+    d = as_dict(point)
+    etp = "" if d["etp"] is None else f" ETP{d['etp']}"
+    ep = f" EP{d['ep']}{etp}" if d["ep"] > 1 or d["etp"] is not None else ""
+    flags = [d["sharding"].replace("distributed_optimizer", "distopt")]
+    if d["sequence_parallel"]:
+        flags.append("SP")
+    if d["tp_comm_overlap"]:
+        flags.append("tp-overlap")
+    if d["schedule"] not in ("auto", "1f1b", "interleaved"):
+        flags.append(d["schedule"])
+    return (f"TP{d['tp']} PP{d['pp']} VPP{d['vpp']} CP{d['cp']}{ep} MBS"
+            f"{d['micro_batch_size']} rc={d['recompute']} {' '.join(flags)}")
+
+
+# ---- defaults -----------------------------------------------------------------------
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _pow2_upto(n: int) -> list[int]:
+    out, v = [], 1
+    while v <= n:
+        out.append(v)
+        v *= 2
+    return out
+
+
+def _uniq(values: Iterable) -> tuple:
+    seen: list = []
+    for v in values:
+        if v not in seen:
+            seen.append(v)
+    return tuple(seen)
+
+
+class SearchSpace:
+    """The axes around ``base`` and their legal points (enumerated lazily, once)."""
+
+    def __init__(self, base: RunSpec, settings: SpaceSettings | None = None):
+        self.base = base
+        self.settings = settings or SpaceSettings()
+        self._base_cluster = {(base.cluster.num_nodes, base.cluster.hardware.name):
+                              base.cluster}
+        self.uneven = self._uneven_allowed()
+        self.axes: dict[str, tuple] = self._axes()
+        self._specs: dict[Point, RunSpec | None] = {}
+        self._why: dict[Point, str] = {}
+        self._legal: list[Point] | None = None
+        self._parts: dict = {}
+        self.num_raw = 1
+        for vals in self.axes.values():
+            self.num_raw *= len(vals)
+        self.illegal_reasons: Counter = Counter()
+        self.skipped_reasons: Counter = Counter()
+
+    # ---- axes --------------------------------------------------------------------
+    def _uneven_allowed(self) -> bool:
+        u = self.settings.uneven_layouts
+        if u != "auto":
+            return bool(u)
+        even_splits = [d for d in _divisors(self.base.model.num_layers) if 2 <= d <= 16]
+        return len(even_splits) < 2 or self.base.layout.how not in ("even",)
+
+    def _axes(self) -> dict[str, tuple]:
+        base, user = self.base, self.settings
+        model, bp, bt = base.model, base.parallel, base.train
+        base_point = as_dict(point_of(base))
+        nodes = user.get("num_nodes") or (base.cluster.num_nodes,)
+        hws = user.get("hardware") or (base.cluster.hardware.name,)
+        clusters = [self.cluster(n, h) for n in nodes for h in hws]
+        node = max(c.node_size for c in clusters)
+        world = max(c.world_size for c in clusters)
+        layers = model.num_layers
+        pp = [d for d in _divisors(layers) if d <= world]
+        vpp = [1] + [d for d in _divisors(layers) if 2 <= d <= 8]
+        if self.uneven:
+            pp = sorted(set(pp) | set(_pow2_upto(min(world, layers, 32))))
+            vpp = sorted(set(vpp) | {2, 3, 4})
+        seq = bt.seq_length
+        cp = [c for c in _pow2_upto(node) if seq // c >= 2048] or [1]
+        if model.is_moe:
+            ep = [d for d in _divisors(model.num_moe_experts) if d <= world]
+            etp = [1, None]
+        else:
+            ep, etp = [1], [None]
+        gran = user.get("recompute_granularity") or (None, "selective", "full")
+        methods = user.get("recompute_method") or ("uniform",)
+        nums = user.get("recompute_num_layers") or (1,)
+        recompute = []
+        for g in gran:
+            if g == "full":
+                recompute += [recompute_label("full", m, n) for m in methods for n in nums]
+            else:
+                recompute.append(recompute_label(g))
+        defaults = {
+            "num_nodes": tuple(nodes), "hardware": tuple(hws),
+            "tp": _pow2_upto(min(node, model.num_attention_heads)), "pp": pp, "vpp": vpp,
+            "cp": cp, "ep": ep, "etp": etp,
+            "micro_batch_size": [m for m in (1, 2, 4, 8) if m <= bt.global_batch_size],
+            "recompute": recompute, "sharding": ["distributed_optimizer", "fsdp"],
+            "sequence_parallel": [True], "overlap_grad_reduce": [True],
+            "overlap_param_gather": [True], "tp_comm_overlap": [bp.tp_comm_overlap],
+            "schedule": ["auto"], "precision": [bt.precision],
+        }
+        # The baseline's own values belong to the default axes (it is a candidate too).
+        with_base = ("tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size",
+                     "recompute", "sharding", "schedule")
+        axes = {}
+        recompute_given = any(user.get(k) for k in ("recompute_granularity",
+                                                    "recompute_method",
+                                                    "recompute_num_layers"))
+        for a in AXES:
+            given = user.get(a) if a != "recompute" else (tuple(recompute)
+                                                          if recompute_given else None)
+            if given is not None:
+                vals = tuple(given)
+            else:
+                vals = tuple(defaults[a])
+                if a in with_base:
+                    vals = _uniq(list(vals) + [base_point[a]])
+            axes[a] = self._check_axis(a, vals)
+        return axes
+
+    def _check_axis(self, axis: str, vals: tuple) -> tuple:
+        for v in vals:
+            if axis == "recompute":
+                parse_recompute(v)
+            elif axis == "sharding" and v not in SHARDINGS:
+                raise ValueError(f"tune.space.sharding value {v!r} must be one of "
+                                 f"{', '.join(SHARDINGS)}")
+            elif axis == "hardware":
+                hardware_preset(v)  # raises a clear error for an unknown preset
+            elif axis in ("tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "num_nodes"):
+                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                    raise ValueError(f"tune.space.{axis} value {v!r} must be a positive "
+                                     "integer")
+        return _uniq(vals)
+
+    # ---- points -> specs ----------------------------------------------------------
+    def cluster(self, num_nodes: int, hardware: str) -> ClusterSpec:
+        key = (num_nodes, hardware)
+        hit = self._base_cluster.get(key)
+        if hit is None:
+            base = self.base.cluster
+            if hardware == base.hardware.name:
+                hit = dataclasses.replace(base, num_nodes=num_nodes)
+            else:
+                hit = ClusterSpec(hardware=hardware_preset(hardware), num_nodes=num_nodes,
+                                  gpu_hour_cost=base.gpu_hour_cost)
+            self._base_cluster[key] = hit
+        return hit
+
+    def normalize(self, point: Point) -> Point:
+        d = as_dict(point)
+        if d["tp"] == 1:
+            d["sequence_parallel"] = False
+        if not d["sequence_parallel"]:
+            d["tp_comm_overlap"] = False  # TE's userbuffer overlap needs SP
+        if not self.base.model.is_moe:
+            d["ep"], d["etp"] = 1, None
+        elif d["etp"] == d["tp"]:
+            d["etp"] = None  # Megatron's default: expert TP = TP
+        if d["pp"] == 1:
+            d["vpp"] = 1
+        if d["schedule"] in ("1f1b", "interleaved") or d["pp"] == 1:
+            d["schedule"] = "auto"
+        if d["sharding"] == "none":
+            d["overlap_param_gather"] = False  # needs the distributed optimizer
+        return tuple(d[a] for a in AXES)
+
+    def spec(self, point: Point) -> RunSpec | None:
+        """The RunSpec of a normalised point, or None (see ``why``)."""
+        if point in self._specs:
+            return self._specs[point]
+        spec = None
+        try:
+            reason = self._skip(point)
+            if reason:
+                self._why[point] = reason
+                self.skipped_reasons[reason] += 1
+            else:
+                spec = self._build(point)
+        except ValueError as exc:
+            reason = _reason_key(str(exc))
+            self._why[point] = str(exc)
+            self.illegal_reasons[reason] += 1
+        self._specs[point] = spec
+        return spec
+
+    def why(self, point: Point) -> str | None:
+        return self._why.get(point)
+
+    def _skip(self, point: Point) -> str | None:
+        d = as_dict(point)
+        if d["schedule"] == "zb" and d["vpp"] > 1:
+            return "zero-bubble schedule with vpp > 1"
+        if not self.uneven and self.base.model.num_layers % (d["pp"] * d["vpp"]) and not (
+                (d["pp"], d["vpp"]) == (self.base.parallel.pp, self.base.parallel.vpp)):
+            return "uneven pipeline split (tune.space.uneven_layouts=false)"
+        return None
+
+    def _build(self, point: Point) -> RunSpec:
+        d = as_dict(point)
+        base = self.base
+        bp = base.parallel
+        g, method, num = parse_recompute(d["recompute"])
+        sharding = d["sharding"]
+        if sharding not in SHARDINGS:
+            raise ValueError(f"sharding={sharding!r} must be one of {', '.join(SHARDINGS)}")
+        kwargs = dict(tp=d["tp"], pp=d["pp"], vpp=d["vpp"], cp=d["cp"], ep=d["ep"],
+                      etp=d["etp"], sequence_parallel=d["sequence_parallel"],
+                      fsdp=sharding == "fsdp",
+                      use_distributed_optimizer=sharding == "distributed_optimizer",
+                      overlap_grad_reduce=d["overlap_grad_reduce"],
+                      overlap_param_gather=d["overlap_param_gather"],
+                      tp_comm_overlap=d["tp_comm_overlap"], schedule=d["schedule"])
+        if (d["pp"], d["vpp"]) != (bp.pp, bp.vpp):
+            kwargs.update({f: None for f in _UNEVEN_FIELDS})
+        # Many points share their parallel or training part: build each part once.
+        par = _memo(self._parts, ("parallel",) + tuple(kwargs.items()),
+                    lambda: dataclasses.replace(bp, **kwargs))
+        tkw = dict(micro_batch_size=d["micro_batch_size"], recompute_granularity=g,
+                   recompute_method=method, recompute_num_layers=num,
+                   precision=d["precision"])
+        train = _memo(self._parts, ("train",) + tuple(tkw.items()),
+                      lambda: dataclasses.replace(base.train, **tkw))
+        cluster = self.cluster(d["num_nodes"], d["hardware"])
+        return RunSpec(model=base.model, parallel=par, train=train, cluster=cluster)
+
+    # ---- enumeration --------------------------------------------------------------
+    def legal_points(self) -> list[Point]:
+        """Every legal, distinct, normalised point, in axis order (deterministic)."""
+        if self._legal is None:
+            seen: set = set()
+            legal = []
+            for raw in itertools.product(*(self.axes[a] for a in AXES)):
+                point = self.normalize(raw)
+                if point in seen:
+                    continue
+                seen.add(point)
+                if self.spec(point) is not None:
+                    legal.append(point)
+            self.num_distinct = len(seen)
+            self._legal = legal
+        return self._legal
+
+    @property
+    def num_legal(self) -> int:
+        return len(self.legal_points())
+
+    def vary(self, point: Point, **changes) -> Point:
+        """``point`` with ``changes``, the other axes snapped onto the space (a value
+        normalisation had forced, like no SP at tp=1, takes the axis's value again)."""
+        d = as_dict(point)
+        d.update(changes)
+        return self.snap(tuple(d[a] for a in AXES))
+
+    def snap(self, point: Point) -> Point:
+        """``point`` with every off-axis value moved onto its axis (the nearest number,
+        else the axis's first value), normalised."""
+        d = as_dict(point)
+        for a in AXES:
+            vals = self.axes[a]
+            if d[a] in vals or self._forced(a, point):
+                continue
+            nums = [v for v in vals if isinstance(v, int) and not isinstance(v, bool)]
+            if nums and isinstance(d[a], int) and not isinstance(d[a], bool):
+                d[a] = min(nums, key=lambda v: (abs(v - d[a]), v))
+            else:
+                d[a] = vals[0]
+        return self.normalize(tuple(d[a] for a in AXES))
+
+    def in_space(self, point: Point) -> str | None:
+        """None when every value of ``point`` is on its axis (or forced by
+        normalisation), else why not."""
+        for a, v in zip(AXES, point):
+            if v not in self.axes[a] and not self._forced(a, point):
+                return f"{a}={v!r} is not on the axis {list(self.axes[a])}"
+        return None
+
+    def _forced(self, axis: str, point: Point) -> bool:
+        """Whether normalisation sets this value whatever the axis lists."""
+        d = as_dict(point)
+        v = d[axis]
+        dense = not self.base.model.is_moe
+        return ((axis == "sequence_parallel" and not v and d["tp"] == 1)
+                or (axis == "tp_comm_overlap" and not v and not d["sequence_parallel"])
+                or (axis == "etp" and v is None and (dense or d["tp"] in self.axes["etp"]))
+                or (axis == "ep" and v == 1 and dense)
+                or (axis == "vpp" and v == 1 and d["pp"] == 1)
+                or (axis == "schedule" and v == "auto"
+                    and (d["pp"] == 1 or bool({"1f1b", "interleaved"} & set(self.axes[axis]))))
+                or (axis == "overlap_param_gather" and not v and d["sharding"] == "none"))
+
+    def summary(self) -> dict:
+        self.legal_points()
+        return {"axes": {a: list(v) for a, v in self.axes.items()},
+                "num_raw": self.num_raw, "num_distinct": self.num_distinct,
+                "num_legal": len(self._legal),
+                "illegal_by_reason": dict(self.illegal_reasons.most_common()),
+                "skipped_by_reason": dict(self.skipped_reasons.most_common())}
+
+
+def _memo(cache: dict, key, build):
+    """``build()`` once per key; a ValueError is remembered and raised again."""
+    hit = cache.get(key)
+    if hit is None:
+        try:
+            hit = build()
+        except ValueError as exc:
+            hit = exc
+        cache[key] = hit
+    if isinstance(hit, ValueError):
+        raise hit
+    return hit
+
+
+def _reason_key(msg: str) -> str:
+    """Group legality errors by rule: the message with its numbers blanked."""
+    key = re.sub(r"\d+", "N", msg)
+    key = re.sub(r"N(\*N)+", "N", key)
+    return key[:110]
+
+
+def candidate_from_dict(space: SearchSpace, values: Mapping, start: Point) -> Point:
+    """A point from a partial dict of axis values (unnamed axes keep ``start``'s)."""
+    d = as_dict(start)
+    for k, v in values.items():
+        if k not in IDX:
+            raise ValueError(f"{k!r} is not a search axis ({', '.join(AXES)})")
+        if not (v is None or isinstance(v, (bool, int, float, str))):
+            raise ValueError(f"{k}={v!r} must be a single value")
+        d[k] = v
+    return space.normalize(tuple(d[a] for a in AXES))
