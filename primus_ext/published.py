@@ -21,6 +21,8 @@ Rules (column conventions: ``data/validation/README.md``):
 """
 from __future__ import annotations
 
+import dataclasses
+
 import csv
 import re
 from dataclasses import dataclass, field
@@ -218,6 +220,8 @@ def parse_row(row: Mapping[str, str | None], line: int | None = None) -> Publish
     if spec.layout.how == "balanced":
         notes.append(f"{spec.layout.describe()} (chosen: layers do not divide pp*vpp and "
                      "the row gives no layout)")
+    if not r.text("recompute"):
+        spec = _recompute_if_needed(spec, notes)
     return PublishedRun(**base, spec=spec, error=None, measured=measured,
                         model_preset=preset, hardware_preset=hw_name, notes=tuple(notes))
 
@@ -308,6 +312,9 @@ def _layout_from_notes(text: str) -> dict:
     return found
 
 
+_TP_OVERLAP_NOTE = re.compile(r"\bTP\b[\w/]*\s+comm(?:unication)?\s+overlap\s+on", re.I)
+
+
 def _parallel(r: _Row, model: ModelSpec, world: int, notes: list[str]) -> ParallelSpec:
     tp = r.int_("tp", required=True)
     pp = r.int_("pp", required=True)
@@ -343,7 +350,19 @@ def _parallel(r: _Row, model: ModelSpec, world: int, notes: list[str]) -> Parall
         notes.append("sequence_parallel=True (tp>1: required by megatron-core for MoE, "
                      "default of the NeMo/Megatron-Bridge recipes for dense models)")
     sharding = r.text("fsdp_or_zero").lower()
-    if sharding.startswith("fsdp") or "zero2" in sharding or "zero3" in sharding:
+    if _TP_OVERLAP_NOTE.search(r.text("notes")):
+        kwargs["tp_comm_overlap"] = True
+        notes.append("tp_comm_overlap=True (the row's notes say TP comm overlap is on)")
+    if sharding.startswith("fsdp") and pp > 1:
+        # Sharded data parallelism next to a pipeline keeps parameters gathered across
+        # the microbatches (Llama 3 paper Sec. 3.3.2: no reshard after forward; the
+        # torchtitan default with PP does the same), so it
+        # communicates like the distributed optimizer: one gradient reduce-scatter and
+        # one parameter all-gather per step.
+        kwargs["use_distributed_optimizer"] = True
+        notes.append(f"fsdp_or_zero={sharding!r} with pp={pp}: parameters stay gathered "
+                     "across microbatches; modelled as the distributed optimizer (ZeRO-1/2)")
+    elif sharding.startswith("fsdp") or "zero2" in sharding or "zero3" in sharding:
         kwargs["fsdp"] = True
         if "zero2" in sharding:
             notes.append(f"fsdp_or_zero={sharding!r}: modelled as full FSDP (ParallelSpec "
@@ -427,6 +446,25 @@ def _derive_gbs(r: _Row, per_step: int, pp: int, world: int, seq: int,
     notes.append(f"gbs empty: {gbs} = mbs*dp={per_step} x {num_micro} microbatches "
                  f"(DEFAULT_MICROBATCHES_PER_STAGE={DEFAULT_MICROBATCHES_PER_STAGE} x pp)")
     return gbs
+
+
+def _recompute_if_needed(spec: RunSpec, notes: list[str]) -> RunSpec:
+    """A row that states no recompute and cannot fit without it must have used it: take
+    the least recompute that fits (selective, then full), as a user would."""
+    from primus_ext.memory.report import memory_report
+
+    if memory_report(spec).fits:
+        return spec
+    for kwargs in (dict(recompute_granularity="selective"),
+                   dict(recompute_granularity="full", recompute_method="uniform",
+                        recompute_num_layers=1)):
+        trial = dataclasses.replace(spec, train=dataclasses.replace(spec.train, **kwargs))
+        if memory_report(trial).fits:
+            notes.append(f"recompute not stated and the run does not fit without it: "
+                         f"recompute_granularity={kwargs['recompute_granularity']} assumed")
+            return trial
+    notes.append("recompute not stated; the run does not fit even with full recompute")
+    return spec
 
 
 # ---- files --------------------------------------------------------------------------

@@ -68,7 +68,7 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
     st = stage_times(spec, costs)
     sched = simulate(_schedule_input(spec, st, p2p_time_s(spec)), record_events=record_timeline)
     mem = memory_report(spec, memory_options) if memory_options else memory_report(spec)
-    sync = dp_sync(spec, mem, st)
+    sync = dp_sync(spec, st)
 
     m = spec.num_microbatches
     totals = [sched.step_s + sync.exposed_s[s] + sync.optimizer_s[s]

@@ -3,9 +3,9 @@
 A virtual stage's time is the sum of its decoder layers plus its extras: the embedding on
 the first virtual stage (stage 0, chunk 0), the output layer with the loss and any MTP
 layers on the last (stage pp-1, chunk vpp-1). Exposed in-layer communication is added to
-the phase that waits for it. Recompute follows Megatron-LM: selective recompute and
-full recompute with the uniform method recompute every layer; the block method
-recomputes the first ``recompute_num_layers`` layers of each chunk.
+the phase that waits for it. Recompute is in the layer costs: the backend gives the
+layers that full recompute selects a kind of their own whose ``recompute_s`` is the whole
+forward, and selective recompute is in every decoder kind's ``recompute_s``.
 """
 from __future__ import annotations
 
@@ -28,13 +28,6 @@ class StageTimes:
     comm_s: tuple[dict[str, float], ...]
 
 
-def _recomputed(spec: RunSpec, index_in_chunk: int) -> bool:
-    t = spec.train
-    if t.recompute_granularity == "full" and t.recompute_method == "block":
-        return index_in_chunk < (t.recompute_num_layers or 0)
-    return t.recompute_granularity is not None
-
-
 def stage_times(spec: RunSpec, costs: LayerCosts) -> StageTimes:
     layout = spec.layout
     pp, vpp = layout.pp, layout.vpp
@@ -45,8 +38,8 @@ def stage_times(spec: RunSpec, costs: LayerCosts) -> StageTimes:
     recompute = [0.0] * pp
     comm: list[dict[str, float]] = [{} for _ in range(pp)]
 
-    def add(s: int, c: int, lc: LayerCost, recomp: bool) -> None:
-        r = lc.recompute_s if recomp else 0.0
+    def add(s: int, c: int, lc: LayerCost) -> None:
+        r = lc.recompute_s
         fwd[s][c] += lc.fwd_total_s
         bwd_in[s][c] += lc.bwd_input_s + r + lc.bwd_comm_s
         bwd_w[s][c] += lc.bwd_weight_s
@@ -59,14 +52,13 @@ def stage_times(spec: RunSpec, costs: LayerCosts) -> StageTimes:
         for c in range(vpp):
             first = layout.first_layer(s, c)
             for i in range(layout.num_layers(s, c)):
-                add(s, c, costs.decoder_layer(first + i), _recomputed(spec, i))
+                add(s, c, costs.decoder_layer(first + i))
     if "embedding" in costs.kinds:
-        add(0, 0, costs.kinds["embedding"], False)
+        add(0, 0, costs.kinds["embedding"])
     if "output" in costs.kinds:
-        add(pp - 1, vpp - 1, costs.kinds["output"], False)
+        add(pp - 1, vpp - 1, costs.kinds["output"])
     if spec.model.mtp_num_layers and "mtp" in costs.kinds:
-        for _ in range(spec.model.mtp_num_layers):
-            add(pp - 1, vpp - 1, costs.kinds["mtp"], False)
+        add(pp - 1, vpp - 1, costs.kinds["mtp"])  # the entry covers every MTP layer
     freeze = lambda rows: tuple(tuple(r) for r in rows)  # noqa: E731
     return StageTimes(fwd_s=freeze(fwd), bwd_input_s=freeze(bwd_in),
                       bwd_weight_s=freeze(bwd_w), compute_s=tuple(compute),
