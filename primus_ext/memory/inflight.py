@@ -1,0 +1,57 @@
+"""How many microbatches' activations a pipeline stage holds at its peak.
+
+- 1F1B (``forward_backward_pipelining_without_interleaving``): stage ``r`` runs
+  ``min(pp - r - 1, m)`` warmup forwards, then one more forward before its first
+  backward, so ``min(pp - r, m)`` microbatches are alive at the peak.
+- Interleaved 1F1B (``forward_backward_pipelining_with_interleaving``): megatron-core's
+  warmup count per rank is ``(pp - r - 1) * 2 + (vpp - 1) * g`` chunk-microbatches, with
+  ``g`` = ``microbatch_group_size_per_vp_stage`` (default pp), clamped to ``m * vpp``; one
+  more forward runs before the first backward. Chunks hold different layers (the first
+  has the embedding, the last the loss), so the count is kept per chunk: forward ``k``
+  runs chunk ``(k mod (g * vpp)) // g`` and backward ``k`` the mirror chunk. The schedule
+  is stepped until the pattern repeats and the largest byte total is the peak.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+
+def inflight_1f1b(pp: int, stage: int, num_microbatches: int) -> int:
+    return max(min(pp - stage, num_microbatches), 0)
+
+
+def _chunk(k: int, group: int, vpp: int, forward: bool) -> int:
+    c = (k % (group * vpp)) // group
+    return c if forward else vpp - 1 - c
+
+
+@lru_cache(maxsize=4096)
+def inflight_interleaved(pp: int, vpp: int, stage: int, num_microbatches: int,
+                         chunk_bytes: tuple[int, ...], group: int | None = None
+                         ) -> tuple[int, ...]:
+    """Chunk-microbatches alive per chunk at the stage's activation peak."""
+    g = group or pp
+    total = num_microbatches * vpp
+    warmup = min((pp - stage - 1) * 2 + (vpp - 1) * g, total)
+    alive = [0] * vpp
+    best, best_alive = -1, tuple(alive)
+
+    def note() -> None:
+        nonlocal best, best_alive
+        cur = sum(a * b for a, b in zip(alive, chunk_bytes))
+        if cur > best:
+            best, best_alive = cur, tuple(alive)
+
+    for k in range(warmup):
+        alive[_chunk(k, g, vpp, True)] += 1
+        note()
+    # Steady 1F1B: forward k + warmup, then backward k. The chunk pattern repeats every
+    # g * vpp steps, so two periods cover every state the peak can be in.
+    steps = min(total - warmup, 2 * g * vpp + 1)
+    for j in range(steps):
+        alive[_chunk(j + warmup, g, vpp, True)] += 1
+        note()
+        alive[_chunk(j, g, vpp, False)] -= 1
+    if warmup == total and steps == 0:
+        note()
+    return best_alive

@@ -1,0 +1,74 @@
+"""MemoryOptions: knobs of the memory model that are not part of a run's spec.
+
+Two kinds:
+
+- implementation switches of megatron-core that change what is allocated
+  (``grad_reduce_in_fp32``, DDP bucket size and padding, ``bias_activation_fusion``);
+  defaults are Megatron-LM's defaults for a bf16 GPU run;
+- memory that is real on a GPU but is not a model tensor: CUDA context, cuBLAS/TE
+  workspaces, NCCL communicator buffers, allocator fragmentation. Their defaults are
+  round, documented priors (measure them once per machine: ``nvidia-smi`` used memory
+  minus ``torch.cuda.memory_reserved()`` after init gives the context; the reserved minus
+  allocated gap at peak gives fragmentation).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryOptions:
+    # ---- fits verdict --------------------------------------------------------------
+    # fits = peak * (1 + margin_fraction) <= device bytes: headroom for what no term
+    # names (allocator rounding of small blocks, library caches, transient spikes).
+    margin_fraction: float = 0.05
+
+    # ---- megatron-core implementation switches --------------------------------------
+    # Megatron-LM turns --accumulate-allreduce-grads-in-fp32 on for bf16: the DDP grad
+    # buffer (main_grad) is fp32. False: gradients in the parameter dtype.
+    grad_reduce_in_fp32: bool = True
+    # DDP bucket size in elements; None: megatron-core's default max(40M, 1M * dp).
+    ddp_bucket_size: int | None = None
+    # DistributedDataParallelConfig.pad_buckets_for_high_nccl_busbw (pads buckets to a
+    # multiple of lcm(dp, 128, 2**16) instead of lcm(dp, 128)).
+    pad_buckets_for_high_nccl_busbw: bool = False
+    # TransformerConfig.bias_activation_fusion (Megatron-LM --bias-swiglu-fusion /
+    # --bias-gelu-fusion, on by default). Fused SwiGLU saves only its input; unfused
+    # (mcore 0.16 local path) also keeps the gate activation and a copy of the linear
+    # half: 5 instead of 3 ffn-sized tensors.
+    bias_activation_fusion: bool = True
+    # Torch Adam keeps a "step" tensor per parameter tensor; TE/Apex FusedAdam (what a GPU
+    # run uses) keeps one int per group. Counted only when True.
+    count_adam_step_tensors: bool = False
+
+    # ---- non-model memory on a GPU ---------------------------------------------------
+    # CUDA context, kernels/modules loaded, cuBLAS/cuDNN handles (H100, CUDA 12: about
+    # 0.5 GiB outside the PyTorch allocator).
+    cuda_context_bytes: int = 512 * MIB
+    # cuBLAS workspace (CUBLAS_WORKSPACE_CONFIG ":4096:8" = 32 MiB on Hopper) plus
+    # Transformer Engine GEMM workspaces.
+    workspace_bytes: int = 64 * MIB
+    # NCCL buffers per communicator a rank belongs to (NCCL_BUFFSIZE 4 MiB x send/recv x
+    # channels): counted for every parallel group of size > 1 (tp, cp, ep, dp, pp,
+    # expert-dp, embedding).
+    nccl_bytes_per_communicator: int = 64 * MIB
+    # Caching-allocator fragmentation: reserved-but-unused bytes as a fraction of the
+    # activation bytes (the tensors that are allocated and freed every microbatch).
+    fragmentation_fraction: float = 0.05
+
+    def __post_init__(self) -> None:
+        for f in ("margin_fraction", "fragmentation_fraction"):
+            v = getattr(self, f)
+            if not 0 <= v < 1:
+                raise ValueError(f"memory.{f}={v} must be in [0, 1)")
+        for f in ("cuda_context_bytes", "workspace_bytes", "nccl_bytes_per_communicator"):
+            if getattr(self, f) < 0:
+                raise ValueError(f"memory.{f}={getattr(self, f)} must be >= 0")
+        if self.ddp_bucket_size is not None and self.ddp_bucket_size <= 0:
+            raise ValueError(f"memory.ddp_bucket_size={self.ddp_bucket_size} must be > 0")
+
+
+DEFAULT_OPTIONS = MemoryOptions()

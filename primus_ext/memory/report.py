@@ -1,0 +1,111 @@
+"""memory_report(spec) -> MemoryReport: per-rank memory of every pipeline stage.
+
+A stage's total is its parameters, gradients and optimizer state (``states.py``), its
+activations -- bytes saved per microbatch (``activations.py``) times the microbatches in
+flight at its peak (``inflight.py``), plus the transient working set of one backward --
+and the non-model terms of ``overhead.py``. The report never raises for a layout that
+does not fit: ``fits`` says so. All byte counts are Python ints.
+
+Fast by construction: every per-stage piece is an ``lru_cache`` on frozen (hashable)
+specs, so a tuner that varies one field recomputes only what depends on it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from primus_ext.memory.activations import chunk_activations
+from primus_ext.memory.inflight import inflight_1f1b, inflight_interleaved
+from primus_ext.memory.options import DEFAULT_OPTIONS, MemoryOptions
+from primus_ext.memory.overhead import other_items
+from primus_ext.memory.states import stage_states
+from primus_ext.spec.run import RunSpec
+
+STAGE_KEYS = ("stage", "num_params", "param_bytes", "grad_bytes", "optimizer_bytes",
+              "activation_bytes_per_microbatch", "num_inflight_microbatches",
+              "activation_bytes", "other_bytes", "total_bytes")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StageMemory:
+    stage: int
+    num_params: int  # parameter elements on one rank of this stage
+    num_expert_params: int
+    param_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int
+    activation_bytes_per_microbatch: int  # all chunks of the stage, one microbatch each
+    num_inflight_microbatches: int  # microbatches alive at the peak (chunk-mbs / vpp)
+    activation_bytes: int  # in-flight saved activations plus one backward's working set
+    other_bytes: int
+    total_bytes: int
+    inflight_per_chunk: tuple[int, ...] = ()
+    other: tuple[tuple[str, int], ...] = ()  # other_bytes by name
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in STAGE_KEYS}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryReport:
+    stages: tuple[StageMemory, ...]
+    peak_bytes: int
+    worst_stage: int
+    device_bytes: int
+    fits: bool
+    margin_fraction: float = 0.0
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict:
+        return {"stages": [s.to_dict() for s in self.stages], "peak_bytes": self.peak_bytes,
+                "device_bytes": self.device_bytes, "fits": self.fits}
+
+
+def _stage(spec: RunSpec, stage: int, options: MemoryOptions) -> StageMemory:
+    model, par, train = spec.model, spec.parallel, spec.train
+    dp = spec.dp * par.cp
+    expert_dp = max(spec.expert_dp, 1)
+    st = stage_states(model, par, train, stage, dp, expert_dp, options)
+    chunks = [chunk_activations(model, par, train, stage, c, options)
+              for c in range(par.vpp)]
+    per_mb = [c.bytes_per_microbatch for c in chunks]
+    m = spec.num_microbatches
+    if par.vpp == 1:
+        alive = (inflight_1f1b(par.pp, stage, m),)
+    else:
+        alive = inflight_interleaved(par.pp, par.vpp, stage, m, tuple(per_mb))
+    act = sum(a * b for a, b in zip(alive, per_mb)) + max(c.working_bytes for c in chunks)
+    other = other_items(model, par, train, dp, expert_dp, act, options)
+    other_bytes = sum(other.values())
+    return StageMemory(
+        stage=stage, num_params=st.num_params, num_expert_params=st.num_expert_params,
+        param_bytes=st.param_bytes, grad_bytes=st.grad_bytes,
+        optimizer_bytes=st.optimizer_bytes, activation_bytes_per_microbatch=sum(per_mb),
+        num_inflight_microbatches=-(-sum(alive) // par.vpp), activation_bytes=act,
+        other_bytes=other_bytes,
+        total_bytes=st.param_bytes + st.grad_bytes + st.optimizer_bytes + act + other_bytes,
+        inflight_per_chunk=tuple(alive), other=tuple(other.items()))
+
+
+@lru_cache(maxsize=8192)
+def _report(spec: RunSpec, options: MemoryOptions) -> MemoryReport:
+    stages = tuple(_stage(spec, s, options) for s in range(spec.parallel.pp))
+    worst = max(range(len(stages)), key=lambda i: stages[i].total_bytes)
+    peak = stages[worst].total_bytes
+    device = spec.cluster.hardware.hbm_bytes
+    notes = []
+    if spec.train.precision == "fp8":
+        notes.append("fp8: weights and saved GEMM inputs counted in bf16 (TE fp8 weight "
+                     "and transpose caches not modelled)")
+    if spec.parallel.cp > 1:
+        notes.append("cp: activations of the local sequence s/cp; ring-attention KV "
+                     "buffers not modelled")
+    return MemoryReport(stages=stages, peak_bytes=peak, worst_stage=worst,
+                        device_bytes=device,
+                        fits=peak * (1 + options.margin_fraction) <= device,
+                        margin_fraction=options.margin_fraction, notes=tuple(notes))
+
+
+def memory_report(spec: RunSpec, options: MemoryOptions | None = None) -> MemoryReport:
+    """Per-stage, per-rank memory of ``spec`` (see the module docstring)."""
+    return _report(spec, options or DEFAULT_OPTIONS)

@@ -1,0 +1,128 @@
+"""Per-rank bytes of parameters, gradients and optimizer state of one pipeline stage.
+
+- DDP (megatron-core ``DistributedDataParallel``): gradients live in the contiguous
+  grad buffer (``grad_buffer.py``): fp32 ``main_grad`` when ``grad_reduce_in_fp32``
+  (Megatron-LM's default for bf16), else the param dtype; padding included.
+- Distributed optimizer: parameters live in the buffer's ``param_data`` (padding
+  included); fp32 master weights and the two Adam moments exist only for the real
+  elements of this rank's shard of every bucket (dense buckets over dp x cp, expert
+  buckets over expert-dp). Without it (``Float16OptimizerWithFloat16Params``) every rank
+  keeps master weights and moments of all its parameters: 6 + 12 bytes per bf16 param
+  (Megatron-LM's theoretical_memory_usage.py: 18 vs 6 + 12/dp).
+- FSDP (megatron FSDP / torch FSDP2): parameters, gradients and optimizer state sharded
+  over the data-parallel group, plus the unsharded parameters and gradients of the
+  modules being computed (two layers: the current one and the prefetched next).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from primus_ext.memory.grad_buffer import chunk_buffers
+from primus_ext.memory.options import MemoryOptions
+from primus_ext.memory.params import layer_groups
+from primus_ext.memory.rank_params import chunk_param_tensors, stage_params
+from primus_ext.spec.model import ModelSpec
+from primus_ext.spec.parallel import ParallelSpec
+from primus_ext.spec.train import TrainSpec
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StageStates:
+    num_params: int
+    num_expert_params: int
+    param_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int
+    optimizer_elements: int  # parameter elements this rank keeps optimizer state for
+
+
+def optimizer_bytes_per_element(train: TrainSpec) -> int:
+    """fp32 master weights (mixed precision only) plus the optimizer's fp32 state."""
+    state = 8 if train.optimizer == "adam" else 4  # Adam: exp_avg, exp_avg_sq; SGD: momentum
+    master = 0 if train.precision == "fp32" else 4
+    return state + master
+
+
+def grad_bytes_per_element(train: TrainSpec, options: MemoryOptions) -> int:
+    if train.precision == "fp32" or options.grad_reduce_in_fp32:
+        return 4
+    return train.param_bytes
+
+
+def distopt_shard_elements(model: ModelSpec, par: ParallelSpec, stage: int, dp: int,
+                           expert_dp: int, dp_rank: int, expert_dp_rank: int,
+                           options: MemoryOptions, local_spec: bool = False) -> int:
+    """Optimizer-state elements of one rank (given its dense and expert DP ranks)."""
+    total = 0
+    for chunk in range(par.vpp):
+        bufs = chunk_buffers(model, par, stage, chunk, dp, expert_dp,
+                             options.ddp_bucket_size, options.pad_buckets_for_high_nccl_busbw,
+                             local_spec)
+        total += bufs.dense.shard_real_elements(dp, dp_rank)
+        total += bufs.expert.shard_real_elements(expert_dp, expert_dp_rank)
+    return total
+
+
+def _largest_layer_params(model: ModelSpec, par: ParallelSpec) -> int:
+    best = 0
+    for moe in {model.is_moe_layer(i) for i in range(model.num_layers)}:
+        layer = next(i for i in range(model.num_layers) if model.is_moe_layer(i) == moe)
+        n = 0
+        for g in layer_groups(model, layer):
+            if g.shard == "tp":
+                n += g.num_params // par.tp
+            elif g.shard == "expert":
+                n += g.num_params // (par.ep * par.expert_tp)
+            elif g.shard == "expert_replicated":
+                n += g.num_params // par.ep
+            else:
+                n += g.num_params
+        best = max(best, n)
+    return best
+
+
+@lru_cache(maxsize=4096)
+def stage_states(model: ModelSpec, par: ParallelSpec, train: TrainSpec, stage: int,
+                 dp: int, expert_dp: int, options: MemoryOptions) -> StageStates:
+    """Parameter, gradient and optimizer bytes of one rank of pipeline stage ``stage``.
+
+    ``dp`` is the dense gradient group (data x context parallel), ``expert_dp`` the expert
+    one. With the distributed optimizer the largest shard over the DP ranks is taken."""
+    local_spec = train.attention_backend == "unfused"
+    sp = stage_params(model, par, stage, local_spec)
+    pbytes = train.param_bytes
+    gbytes = grad_bytes_per_element(train, options)
+    obytes = optimizer_bytes_per_element(train)
+    if par.fsdp:
+        dense = sp.num_params - sp.num_expert_params
+        shard = -(-dense // dp) + -(-sp.num_expert_params // max(expert_dp, 1))
+        working = 2 * _largest_layer_params(model, par)
+        return StageStates(num_params=sp.num_params, num_expert_params=sp.num_expert_params,
+                           param_bytes=(shard + working) * pbytes,
+                           grad_bytes=(shard + working) * gbytes,
+                           optimizer_bytes=shard * obytes, optimizer_elements=shard)
+    buf_numel = 0
+    opt_elems = 0
+    for chunk in range(par.vpp):
+        bufs = chunk_buffers(model, par, stage, chunk, dp, expert_dp,
+                             options.ddp_bucket_size, options.pad_buckets_for_high_nccl_busbw,
+                             local_spec)
+        buf_numel += bufs.dense.numel + bufs.expert.numel
+        if par.use_distributed_optimizer:
+            opt_elems += bufs.dense.max_shard_real_elements(dp)
+            opt_elems += bufs.expert.max_shard_real_elements(expert_dp)
+    if par.use_distributed_optimizer:
+        param_bytes = buf_numel * pbytes
+    else:
+        opt_elems = sp.num_params
+        param_bytes = sp.num_params * pbytes
+    return StageStates(num_params=sp.num_params, num_expert_params=sp.num_expert_params,
+                       param_bytes=param_bytes, grad_bytes=buf_numel * gbytes,
+                       optimizer_bytes=opt_elems * obytes, optimizer_elements=opt_elems)
+
+
+def num_param_tensors(model: ModelSpec, par: ParallelSpec, stage: int,
+                      local_spec: bool = False) -> int:
+    return sum(len(chunk_param_tensors(model, par, stage, c, local_spec))
+               for c in range(par.vpp))
