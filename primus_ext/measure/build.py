@@ -63,18 +63,6 @@ def _dtype(precision: str) -> torch.dtype:
             "fp32": torch.float32}[precision]
 
 
-def _activation(name: str):
-    import torch.nn.functional as F
-    if name == "swiglu":
-        return F.silu
-    if name == "gelu":
-        return F.gelu
-    if name == "relu":
-        return F.relu
-    from megatron.core.activations import squared_relu
-    return squared_relu
-
-
 def use_transformer_engine() -> bool:
     if not torch.cuda.is_available():
         return False
@@ -86,58 +74,33 @@ def use_transformer_engine() -> bool:
 
 
 def transformer_config(spec: RunSpec):
-    """megatron-core TransformerConfig for a run (field names match ModelSpec's)."""
-    from megatron.core.transformer.transformer_config import TransformerConfig
+    """megatron-core TransformerConfig for a run: the memory probe's config (Megatron-LM's
+    fusion flags, MLA, MTP; ``memory_probe.transformer_config``, shared so that measured
+    activations are the ones the memory model is checked against) with the training
+    settings a real run needs on top."""
+    from primus_ext.measure.memory_probe import transformer_config as probe_config
 
     m, p, t = spec.model, spec.parallel, spec.train
-    if m.multi_latent_attention:
-        raise ValueError("model.multi_latent_attention=True: the measured backend builds "
-                         "only standard attention in this version (use backend=simulate)")
     if m.window_size is not None:
         raise ValueError("model.window_size: sliding-window attention is not built by the "
                          "measured backend in this version (use backend=simulate)")
+    if p.pipeline_layout is not None:
+        raise ValueError("parallel.pipeline_layout: explicit layouts are not built by the "
+                         "measured backend in this version")
     dtype = _dtype(t.precision)
-    kw = dict(
-        num_layers=m.num_layers, hidden_size=m.hidden_size,
-        num_attention_heads=m.num_attention_heads, ffn_hidden_size=m.dense_ffn_size,
-        num_query_groups=m.num_groups, kv_channels=m.head_dim,
-        normalization=m.normalization, gated_linear_unit=m.gated,
-        activation_func=_activation(m.activation), add_bias_linear=m.add_bias_linear,
-        add_qkv_bias=m.add_qkv_bias, qk_layernorm=m.qk_layernorm,
-        hidden_dropout=m.hidden_dropout, attention_dropout=m.attention_dropout,
-        tensor_model_parallel_size=p.tp, pipeline_model_parallel_size=p.pp,
-        virtual_pipeline_model_parallel_size=p.vpp if p.vpp > 1 else None,
-        context_parallel_size=p.cp, expert_model_parallel_size=p.ep,
-        expert_tensor_parallel_size=p.expert_tp, sequence_parallel=p.sequence_parallel,
-        params_dtype=dtype, pipeline_dtype=dtype, bf16=dtype == torch.bfloat16,
-        fp16=dtype == torch.float16,
-        attention_softmax_in_fp32=t.attention_softmax_in_fp32,
-        apply_query_key_layer_scaling=False,
-        use_cpu_initialization=not torch.cuda.is_available(),
-        deallocate_pipeline_outputs=True, init_method_std=0.02,
-        cross_entropy_loss_fusion=False,
-    )
+    kw = dict(params_dtype=dtype, pipeline_dtype=dtype, bf16=dtype == torch.bfloat16,
+              fp16=dtype == torch.float16,
+              use_cpu_initialization=not torch.cuda.is_available(),
+              deallocate_pipeline_outputs=True, cross_entropy_loss_fusion=False,
+              init_method_std=0.02, apply_query_key_layer_scaling=False)
     if p.pp > 1 and p.decoder_first_pipeline_num_layers is not None:
         kw["num_layers_in_first_pipeline_stage"] = p.decoder_first_pipeline_num_layers
     if p.pp > 1 and p.decoder_last_pipeline_num_layers is not None:
         kw["num_layers_in_last_pipeline_stage"] = p.decoder_last_pipeline_num_layers
-    if p.pipeline_layout is not None:
-        raise ValueError("parallel.pipeline_layout: explicit layouts are not built by the "
-                         "measured backend in this version")
-    if t.recompute_granularity is not None:
-        kw.update(recompute_granularity=t.recompute_granularity,
-                  recompute_method=t.recompute_method,
-                  recompute_num_layers=t.recompute_num_layers)
-        if t.recompute_granularity == "selective":
-            kw["recompute_modules"] = list(t.recompute_modules)
-    if m.is_moe:
-        kw.update(num_moe_experts=m.num_moe_experts, moe_router_topk=m.moe_router_topk,
-                  moe_ffn_hidden_size=m.expert_ffn_size,
-                  moe_shared_expert_intermediate_size=m.moe_shared_expert_intermediate_size,
-                  moe_layer_freq=[int(m.is_moe_layer(i)) for i in range(m.num_layers)],
-                  moe_token_dispatcher_type="alltoall", moe_grouped_gemm=False,
-                  moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-2)
-    return TransformerConfig(**kw)
+    if torch.cuda.is_available():
+        # On a GPU the fused kernels exist: Megatron-LM's defaults.
+        kw.update(masked_softmax_fusion=True, gradient_accumulation_fusion=False)
+    return probe_config(spec, **kw)
 
 
 @dataclass
@@ -210,6 +173,9 @@ def build(spec: RunSpec, with_optimizer: bool = True, seed: int = 1234) -> Built
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
     from megatron.core.transformer.module import Float16Module
 
+    if spec.model.mtp_num_layers:
+        raise ValueError("model.mtp_num_layers > 0: the measured backend builds no MTP "
+                         "block in this version (measurements price MTP from the layers)")
     groups = init_model_parallel(spec, seed)
     cfg = transformer_config(spec)
     te = use_transformer_engine()

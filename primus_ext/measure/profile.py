@@ -30,6 +30,7 @@ class CollectiveSeen:
     num_bytes: float  # mean per call, comm-model convention (see module docstring)
     count: float  # calls per layer per microbatch (per step for kind 'step')
     seconds: float  # median per call on the measuring devices
+    dtype: str = ""  # payload dtype (activations; fp32 routing weights; int64 counts)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -136,28 +136,46 @@ def _collectives(spec: RunSpec, records, n_layers: dict[str, int], samples: int,
         kind, part = _kind_of(spec, r.scope)
         axis = "dp" if r.axis == "dp_cp" and cp == 1 else r.axis
         phase = r.phase if kind != "step" else "step"
-        return (kind, part, r.op, r.collective, axis, phase, r.group_size)
+        return (kind, part, r.op, r.collective, axis, phase, r.group_size, r.dtype)
 
     for r in records:
         nbytes = r.out_bytes if _BYTES_SIDE.get(r.collective) == "out" else r.in_bytes
         groups[key_of(r)].append(nbytes)
-        secs_of[key_of(r)].append(r.seconds)
+        secs_of[key_of(r)].append((nbytes, r.seconds))
     if timed_records:
         secs_of = defaultdict(list)
         for r in timed_records:
-            secs_of[key_of(r)].append(r.seconds)
+            nbytes = r.out_bytes if _BYTES_SIDE.get(r.collective) == "out" else r.in_bytes
+            secs_of[key_of(r)].append((nbytes, r.seconds))
     seen = []
     for key, xs in sorted(groups.items()):
-        kind, part, op, coll, axis, phase, size = key
+        kind, part, op, coll, axis, phase, size, dtype = key
         per = steps if kind == "step" else max(n_layers.get(kind, 1), 1) * samples
-        count = len(xs) / per
-        secs = _median(secs_of.get(key) or [0.0])
-        seen.append(CollectiveSeen(kind=kind, part=part, op=op, collective=coll, axis=axis,
-                                   phase=phase, group_size=size,
-                                   num_bytes=sum(xs) / len(xs), count=count, seconds=secs))
-        if kind != "step" and phase in ("fwd", "bwd"):
-            comm_s[kind][axis][phase] += count * secs
+        for lo, hi in _size_classes(xs):
+            cls = [x for x in xs if lo <= x <= hi]
+            count = len(cls) / per
+            secs = _median([t for b, t in secs_of.get(key, []) if lo <= b <= hi] or [0.0])
+            seen.append(CollectiveSeen(kind=kind, part=part, op=op, collective=coll,
+                                       axis=axis, phase=phase, group_size=size,
+                                       num_bytes=sum(cls) / len(cls), count=count,
+                                       seconds=secs, dtype=dtype))
+            if kind != "step" and phase in ("fwd", "bwd"):
+                comm_s[kind][axis][phase] += count * secs
     return seen, {k: {a: dict(v) for a, v in d.items()} for k, d in comm_s.items()}
+
+
+def _size_classes(sizes: list[float], gap: float = 16.0) -> list[tuple[float, float]]:
+    """Split call sizes where consecutive sorted sizes jump by more than ``gap``x: the
+    MoE dispatcher sends tokens (h values per row) and their routing weights (one value
+    per row) through the same all-to-all, and routing makes both vary per call."""
+    xs = sorted(sizes)
+    classes, lo = [], xs[0]
+    for a, b in zip(xs, xs[1:]):
+        if b > gap * max(a, 1):
+            classes.append((lo, a))
+            lo = b
+    classes.append((lo, xs[-1]))
+    return classes
 
 
 def _run_steps(built: Built, timer: LayerTimer, iters, m: int, warmup: int, repeats: int,
@@ -203,6 +221,40 @@ def _synced_records(built: Built, timer: LayerTimer, iters, m: int) -> list:
     return records
 
 
+def _pipeline_probe(target: RunSpec, spec: RunSpec, world: int) -> list[CollectiveSeen]:
+    """When the target pipelines and two stages fit the launched processes: one step of
+    a two-stage pipeline of the measured layers, to capture the p2p sends."""
+    from primus_ext.measure.step import data_iterators
+    from primus_ext.measure.tracer import get_tracer
+    p = spec.parallel
+    inner = p.tp * p.cp
+    if target.parallel.pp == 1 or world % (2 * inner) or spec.model.num_layers < 2:
+        return []
+    dp = world // (2 * inner)
+    t = spec.train
+    probe = apply_overrides(spec, ["parallel.pp=2", f"train.global_batch_size="
+                                   f"{t.micro_batch_size * dp * 2}"])
+    teardown()
+    built = build(probe)
+    tracer = get_tracer()
+    timer = LayerTimer(built.bare())  # not attached: only the scope function
+    _run_steps(built, timer, data_iterators(built), 2, 1, 0, trace=False)
+    _, records = _run_steps(built, timer, data_iterators(built), 2, 0, 1)
+    teardown()
+    sends = [(r.in_bytes, r.seconds) for r in records if r.collective == "p2p" and r.in_bytes]
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, sends)
+    sends = [x for rows in everyone for x in rows]
+    if not sends:
+        return []
+    per_send = _median([b for b, _ in sends])
+    return [CollectiveSeen(kind="pipeline", part="p2p", op="batch_isend_irecv",
+                           collective="p2p", axis="pp", phase="step", group_size=2,
+                           num_bytes=per_send, count=len(sends) / world / 2,
+                           seconds=_median([x for _, x in sends]),
+                           dtype=str(t.precision))]
+
+
 def _activation_bytes(built: Built, spec: RunSpec) -> dict[str, int]:
     """Saved-for-backward bytes per kind, per layer per microbatch (one forward)."""
     from primus_ext.measure.saved_tensors import SavedTensorCounter, gpt_scopes
@@ -226,6 +278,39 @@ def _activation_bytes(built: Built, spec: RunSpec) -> dict[str, int]:
     out_d["embedding"] = int(by_scope.get("embedding", 0))
     out_d["output"] = int(by_scope.get("output_layer", 0) + by_scope.get("final_norm", 0))
     return out_d
+
+
+def _mean_over_ranks(values: dict[str, int]) -> dict[str, int]:
+    """Mean over ranks: routed-expert activations vary per rank with the routing, their
+    sum over the expert-parallel group does not."""
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, values)
+    keys = set().union(*everyone)
+    return {k: int(round(sum(r.get(k, 0) for r in everyone) / len(everyone))) for k in keys}
+
+
+def _gather_collectives(seen: list[CollectiveSeen]) -> list[CollectiveSeen]:
+    """Mean bytes and counts over ranks (routing makes MoE all-to-all sizes differ per
+    rank; the mean over ranks is exact), the slowest rank's seconds."""
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, [dataclasses.asdict(c) for c in seen])
+    by: dict[tuple, list[dict]] = defaultdict(list)
+    for rows in everyone:
+        for c in rows:
+            by[(c["kind"], c["part"], c["op"], c["collective"], c["axis"], c["phase"],
+                c["group_size"], c["dtype"])].append(c)
+    n = len(everyone)
+    out = []
+    for key, rows in sorted(by.items()):
+        for lo, hi in _size_classes([r["num_bytes"] for r in rows]):
+            cls = [r for r in rows if lo <= r["num_bytes"] <= hi]
+            base = dict(cls[0])
+            base["num_bytes"] = sum(r["num_bytes"] * r["count"] for r in cls) / max(
+                sum(r["count"] for r in cls), 1e-12)
+            base["count"] = sum(r["count"] for r in cls) / n
+            base["seconds"] = max(r["seconds"] for r in cls)
+            out.append(CollectiveSeen(**base))
+    return out
 
 
 def _gather_max(local: dict[str, dict]) -> tuple[dict[str, dict], list[dict]]:
@@ -275,6 +360,7 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
     down = downscale_for(target, world, hw, opts)
     timing_spec = _no_recompute(down.spec)
     built = build(timing_spec)
+    use_te = built.use_te
     timer = LayerTimer(built.bare()).attach()
     fits = []
     if opts.microbench and world > 1:
@@ -293,7 +379,11 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
     seen, comm_s = _collectives(timing_spec, records, n_layers, samples, opts.repeats,
                                 synced)
     merged, _ = _gather_max(local)
+    seen = _gather_collectives(seen)
     num_params = sum(p.numel() for c in built.model for p in c.parameters())
+    # megatron-core tags expert parameters with allreduce=False.
+    num_expert = sum(p.numel() for c in built.model for p in c.parameters()
+                     if not getattr(p, "allreduce", True))
 
     act: dict[str, int] = {}
     if opts.count_activations:
@@ -301,8 +391,10 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
             del built
             teardown()
             built = build(down.spec, with_optimizer=False)
-        act = _activation_bytes(built, down.spec)
+        act = _mean_over_ranks(_activation_bytes(built, down.spec))
+    del built
     teardown()
+    seen += _pipeline_probe(target, timing_spec, world)
 
     layers = {}
     for kind, d in merged.items():
@@ -314,12 +406,14 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
             comm_s=comm_s.get(kind, {}), contention=contention.get(kind, 1.0),
             activation_bytes=act.get(kind), per_rank_fwd_s=d["per_rank_fwd"],
             per_rank_bwd_s=d["per_rank_bwd"])
-    step = {k: _median([s[k] for s in steps]) for k in ("step_s", "fwd_bwd_s", "optimizer_s")}
+    step = {k: _median([s[k] for s in steps]) for k in ("step_s", "zero_grad_s", "fwd_bwd_s",
+                                                   "optimizer_s")}
     step.update(num_microbatches=m, num_params_per_rank=int(num_params),
+                num_expert_params_per_rank=int(num_expert),
                 loss=steps[-1]["loss"] if steps else None,
                 steps_s=[s["step_s"] for s in steps])
     shapes = rank_shapes(timing_spec)
-    shapes["attention_backend"] = "flash" if built.use_te else "unfused"
+    shapes["attention_backend"] = "flash" if use_te else "unfused"
     p = timing_spec.parallel
     notes = ["patches: " + ", ".join(patches) if patches else "patches: none (CUDA)"]
     return Profile(

@@ -69,7 +69,7 @@ def _sync() -> None:
 
 
 def train_step(built: Built, iters: list, num_microbatches: int) -> dict:
-    """One step; returns {'step_s', 'fwd_bwd_s', 'optimizer_s', 'loss'}."""
+    """One step; returns {'step_s', 'zero_grad_s', 'fwd_bwd_s', 'optimizer_s', 'loss'}."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
     s = built.spec
     _sync()
@@ -78,6 +78,8 @@ def train_step(built: Built, iters: list, num_microbatches: int) -> dict:
         chunk.zero_grad_buffer()
     if built.optimizer is not None:
         built.optimizer.zero_grad()
+    _sync()
+    tz = time.perf_counter()
     fwd_bwd = get_forward_backward_func()
     out = fwd_bwd(forward_step_func=forward_step,
                   data_iterator=iters if len(iters) > 1 else iters[0],
@@ -92,4 +94,5 @@ def train_step(built: Built, iters: list, num_microbatches: int) -> dict:
     t2 = time.perf_counter()
     losses = [o["lm loss"] for o in out if isinstance(o, dict) and "lm loss" in o]
     loss = float(torch.stack(losses).mean()) if losses else float("nan")
-    return {"step_s": t2 - t0, "fwd_bwd_s": t1 - t0, "optimizer_s": t2 - t1, "loss": loss}
+    return {"step_s": t2 - t0, "zero_grad_s": tz - t0, "fwd_bwd_s": t1 - tz,
+            "optimizer_s": t2 - t1, "loss": loss}

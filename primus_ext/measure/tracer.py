@@ -52,6 +52,7 @@ class CollectiveRecord:
     scope: str  # e.g. "layer.3", "embedding", "output", "step"
     phase: str  # fwd | bwd | step
     async_op: bool
+    dtype: str = ""  # of the payload ("bfloat16"; fp32 routing weights, int64 counts)
 
     @property
     def group_size(self) -> int:
@@ -64,6 +65,15 @@ def _nbytes(x) -> int:
     if isinstance(x, (list, tuple)):
         return sum(_nbytes(t) for t in x)
     return 0
+
+
+def _dtype_of(args, kwargs) -> str:
+    for x in list(args) + list(kwargs.values()):
+        if torch.is_tensor(x):
+            return str(x.dtype).replace("torch.", "")
+        if isinstance(x, (list, tuple)) and x and torch.is_tensor(x[0]):
+            return str(x[0].dtype).replace("torch.", "")
+    return ""
 
 
 def _bytes_of(op: str, args, kwargs) -> tuple[int, int]:
@@ -169,7 +179,7 @@ class CollectiveTracer:
             tracer.records.append(CollectiveRecord(
                 op=op, collective=WRAPPED[op], in_bytes=in_b, out_bytes=out_b,
                 group_ranks=ranks, axis=axis, seconds=0.0, scope=scope, phase=phase,
-                async_op=async_op))
+                async_op=async_op, dtype=_dtype_of(args, kwargs)))
 
             def done():
                 tracer.sync_fn()
@@ -198,7 +208,9 @@ class CollectiveTracer:
         self.records.append(CollectiveRecord(
             op="batch_isend_irecv", collective="p2p", in_bytes=in_b, out_bytes=out_b,
             group_ranks=ranks, axis=axis, seconds=0.0, scope=scope, phase=phase,
-            async_op=True))
+            async_op=True,
+            dtype=str(p2p_op_list[0].tensor.dtype).replace("torch.", "") if p2p_op_list
+            else ""))
 
         def done():
             pending[0] -= 1

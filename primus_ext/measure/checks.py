@@ -1,0 +1,139 @@
+"""What a profile captured against what the models say, for the run it measured (pure).
+
+- ``collective_check``: bytes per layer per microbatch of every collective the tracer saw
+  inside a layer kind (summed per axis, collective and phase) against the comm model's
+  ``CommOp.num_bytes`` in the simulate backend's LayerCosts of the measured layout.
+  Payloads that are not activations -- the routing weights (one value per routed row)
+  and int64 token counts of the MoE dispatcher -- are listed as ``metadata`` (the comm
+  model leaves them out: 2 bytes per routed row against 2h). Group-size-1 calls (megatron-core calls collectives on
+  trivial groups too) are skipped.
+- ``activation_check``: saved-for-backward bytes per layer (the saved-tensor counter)
+  against the memory model's ``layer_bytes`` with the measured attention backend.
+- ``p2p_check``: bytes of one pipeline send against the comm model's ``p2p_bytes``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+
+from primus_ext.measure.profile import Profile
+from primus_ext.spec import RunSpec
+
+ACTIVATION_DTYPES = ("bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2")
+IN_LAYER = ("tp", "cp", "ep", "etp", "tp_ep")
+
+
+def _measured(profile: Profile, base: RunSpec) -> RunSpec:
+    from primus_ext.project.from_profile import measured_spec
+    return measured_spec(profile, base)
+
+
+def _is_metadata(c, biggest: dict) -> bool:
+    """Integer payloads (token counts), and EP all-to-alls far smaller than the token
+    all-to-all of the same layer and phase (the routing weights: one value per row)."""
+    if c.dtype.startswith(("int", "uint", "bool")):
+        return True
+    if c.axis in ("ep", "tp_ep") and c.collective == "all_to_all":
+        return c.num_bytes * 16 < biggest.get((c.kind, c.phase), 0.0)
+    return False
+
+
+def _status(captured: float, model: float, tol: float) -> str:
+    if model == 0 and captured == 0:
+        return "match"
+    if model == 0:
+        return "extra"
+    if captured == 0:
+        return "missing"
+    return "match" if abs(captured - model) <= tol * model else "differs"
+
+
+def collective_check(profile: Profile, base: RunSpec, tol: float = 0.01) -> list[dict]:
+    """Rows {kind, axis, collective, phase, captured_bytes, model_bytes, status}."""
+    from primus_ext.compute.backend import simulate_layer_costs
+    meas = _measured(profile, base)
+    costs = simulate_layer_costs(meas)
+    captured: dict[tuple, float] = defaultdict(float)
+    metadata: dict[tuple, float] = defaultdict(float)
+    biggest: dict[tuple, float] = defaultdict(float)
+    for c in profile.collectives:
+        if c.collective == "all_to_all":
+            biggest[(c.kind, c.phase)] = max(biggest[(c.kind, c.phase)], c.num_bytes)
+    for c in profile.collectives:
+        if c.kind not in costs.kinds or c.group_size <= 1 or c.axis not in IN_LAYER:
+            continue
+        axis = "ep" if c.axis == "tp_ep" and meas.parallel.expert_tp == 1 else c.axis
+        key = (c.kind, axis, c.collective, c.phase)
+        if _is_metadata(c, biggest):
+            metadata[key] += c.num_bytes * c.count
+        else:
+            captured[key] += c.num_bytes * c.count
+    model: dict[tuple, float] = defaultdict(float)
+    for kind in set(k for k, *_ in captured) | set(k for k, *_ in metadata) | {
+            k for k in costs.kinds if k in profile.layers}:
+        for op in costs.kinds[kind].comms:
+            if op.axis in IN_LAYER and op.group_size > 1:
+                model[(kind, op.axis, op.collective, op.phase)] += op.num_bytes
+    rows = []
+    for key in sorted(set(captured) | set(model)):
+        kind, axis, coll, phase = key
+        rows.append({"kind": kind, "axis": axis, "collective": coll, "phase": phase,
+                     "captured_bytes": captured.get(key, 0.0),
+                     "model_bytes": model.get(key, 0.0),
+                     "status": _status(captured.get(key, 0.0), model.get(key, 0.0), tol)})
+    for key in sorted(metadata):
+        kind, axis, coll, phase = key
+        rows.append({"kind": kind, "axis": axis, "collective": coll, "phase": phase,
+                     "captured_bytes": metadata[key], "model_bytes": 0.0,
+                     "status": "metadata"})
+    return rows
+
+
+def activation_check(profile: Profile, base: RunSpec, tol: float = 0.0) -> list[dict]:
+    """Rows {kind, captured_bytes, model_bytes, cpu_delta, status} for the decoder layer
+    kinds. On a CPU the model's bytes get the memory engineer's named CPU-only delta
+    (``memory_compare.norm_cpu_delta``: torch's composite RMSNorm saves fp32 copies)."""
+    from primus_ext.memory.activations import layer_items
+    from primus_ext.memory.options import MemoryOptions
+    meas = _measured(profile, base)
+    backend = profile.measured_shapes.get("attention_backend", meas.train.attention_backend)
+    train = dataclasses.replace(meas.train, attention_backend=backend)
+    spec = dataclasses.replace(meas, train=train)
+    rows = []
+    for kind in ("dense", "moe"):
+        kt = profile.layers.get(kind)
+        if kt is None or kt.activation_bytes is None:
+            continue
+        items = dict(layer_items(meas.model, meas.parallel, train, kind == "moe",
+                                 MemoryOptions()))
+        model = sum(items.values())
+        delta = 0
+        if profile.device.get("kind") == "cpu":
+            from primus_ext.measure.memory_compare import norm_cpu_delta
+            delta = norm_cpu_delta(spec, items)
+        rows.append({"kind": kind, "captured_bytes": kt.activation_bytes,
+                     "model_bytes": model, "cpu_delta": delta,
+                     "status": _status(kt.activation_bytes - delta, model, tol)})
+    return rows
+
+
+def p2p_check(profile: Profile, target: RunSpec) -> list[dict]:
+    """The pipeline probe's send bytes against the comm model's, for ``target``."""
+    from primus_ext.comm.step_comm import p2p_bytes
+    rows = []
+    for c in profile.collectives:
+        if c.kind == "pipeline" and c.collective == "p2p":
+            model = p2p_bytes(target)
+            rows.append({"kind": "pipeline", "axis": "pp", "captured_bytes": c.num_bytes,
+                         "model_bytes": model, "status": _status(c.num_bytes, model, 0.0)})
+    return rows
+
+
+def format_rows(rows: list[dict]) -> list[str]:
+    out = []
+    for r in rows:
+        label = " ".join(str(r[k]) for k in ("kind", "axis", "collective", "phase") if k in r)
+        extra = f" (+{r['cpu_delta']:,} B CPU norms)" if r.get("cpu_delta") else ""
+        out.append(f"{label:<36} captured {r['captured_bytes']:>13,.0f} B  "
+                   f"model {r['model_bytes']:>13,.0f} B{extra}  {r['status']}")
+    return out

@@ -1,0 +1,358 @@
+"""A measured Profile -> LayerCosts of a target run (the hybrid backend), and the Estimate.
+
+When the profile was measured on the target's hardware, each layer kind's time is the
+measured one, restored to the target by recorded rules:
+
+- ``measured``: the measured run had the target's per-rank shapes (the downscaler keeps
+  them): the time is used as is, minus the measured time of the collectives inside it;
+- ``rescaled``: where per-rank shapes differ (an SP token count, heads, FFN, experts,
+  sequence...), each measured part (attention, MLP/MoE block, the rest: norms and
+  residuals) is scaled by the ratio of the simulate backend's times for the target and
+  for the measured shapes on the measuring hardware (so kernel efficiencies cancel);
+- ``contention``: on a CPU node measured by one process, the slowdown measured with the
+  other cores busy applies when the target keeps several ranks of a node busy;
+- ``overhead``: the measured per-microbatch time outside the timed modules (schedule,
+  data, gradient accumulation hooks) is split between the first and last stages;
+- collectives: the comm model's list for the target (what megatron-core issues there,
+  with its overlap windows), each costed with the profile's microbenchmark fit when its
+  group lies in the measured tier (same hardware, inside one scale-up domain, a fit for
+  that collective and group size), otherwise with the comm model;
+- the hardware's comm constants and HBM rate are fitted to the microbenchmarks and the
+  measured optimizer step, so the projector's data-parallel sync, pipeline p2p and
+  optimizer step use the measured machine too (``calibrated_spec``).
+
+When the hardware differs (a CPU measuring for an H100 target), the measured times cannot
+stand in: compute is the simulate backend's model of the target hardware and collectives
+the comm model's, while the profile supplies what it captured (collective bytes per
+layer, activation bytes, executed FLOPs) as checks; ``LayerCosts.notes`` say which parts
+were measured and which simulated.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from primus_ext.comm.collectives import collective_s
+from primus_ext.comm.groups import group_span
+from primus_ext.compute.backend import simulate_layer_costs
+from primus_ext.compute.layer_ops import attention_ops, mlp_block_ops
+from primus_ext.compute.ops import Shapes
+from primus_ext.measure.downscale import rank_shapes
+from primus_ext.measure.overrides import apply_overrides
+from primus_ext.measure.profile import CommFit, Profile
+from primus_ext.presets import hardware_preset
+from primus_ext.project.costs import CommOp, LayerCost, LayerCosts
+from primus_ext.spec import RunSpec
+
+ATTN_OPS = ("qkv", "q_proj", "q_down", "q_up", "kv_down", "kv_up", "qk_layernorm", "rope",
+            "core_attn", "proj", "q_layernorm", "kv_layernorm")
+OTHER_OPS = ("input_layernorm", "pre_mlp_layernorm", "attn_bda", "mlp_bda")
+# Shape keys that do not change kernel times of the same hardware.
+_NEUTRAL = ("precision", "activation", "normalization")
+
+
+def measured_spec(profile: Profile, base: RunSpec) -> RunSpec:
+    """The run the profile measured: its (complete) target overrides plus the
+    downscale overrides, applied on ``base``."""
+    return apply_overrides(base, list(profile.target_overrides)
+                           + list(profile.downscale_overrides))
+
+
+def same_hardware(profile: Profile, spec: RunSpec) -> bool:
+    return profile.hardware == spec.cluster.hardware.name
+
+
+# ---- simulate-backend part times (for rescaling ratios) ---------------------------------
+def _parts(spec: RunSpec, moe: bool, window: int | None) -> dict[str, dict[str, float]]:
+    sh = Shapes(spec)
+    out = {p: {"fwd": 0.0, "bwd": 0.0} for p in ("attn", "mlp", "other", "core_attn")}
+    for op in attention_ops(sh, window) + mlp_block_ops(sh, moe):
+        part = "other" if op.name in OTHER_OPS else "attn" if (
+            op.name in ATTN_OPS or op.module in ("core_attn", "qkv", "proj")) else "mlp"
+        out[part]["fwd"] += op.fwd_s
+        out[part]["bwd"] += op.dgrad_s + op.wgrad_s
+        if op.module == "core_attn":
+            out["core_attn"]["fwd"] += op.fwd_s
+    return out
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if a > 0 and b > 0 else 1.0
+
+
+def _on(spec: RunSpec, hw_name: str) -> RunSpec:
+    if spec.cluster.hardware.name == hw_name:
+        return spec
+    return dataclasses.replace(spec, cluster=dataclasses.replace(
+        spec.cluster, hardware=hardware_preset(hw_name)))
+
+
+# ---- collectives -------------------------------------------------------------------------
+def _fit_for(profile: Profile, spec: RunSpec, op: CommOp) -> CommFit | None:
+    if not same_hardware(profile, spec) or op.axis in ("pp",):
+        return None
+    axis = {"dp": "dp_cp"}.get(op.axis, op.axis)
+    try:
+        span = group_span(spec, axis)
+    except ValueError:
+        return None
+    if not span.intra_domain:
+        return None
+    for f in profile.comm_fits:
+        if f.collective == op.collective and f.group_size == op.group_size:
+            return f
+    return None
+
+
+def _recost(profile: Profile, spec: RunSpec, ops: tuple[CommOp, ...]
+            ) -> tuple[tuple[CommOp, ...], int]:
+    out, fitted = [], 0
+    for op in ops:
+        fit = _fit_for(profile, spec, op)
+        if fit is None or op.seconds <= 0:
+            out.append(op)
+            continue
+        # A CP ring sends cp-1 equal steps; everything else is one call per op.
+        steps = op.group_size - 1 if op.collective == "p2p" else 1
+        secs = steps * fit.seconds(op.num_bytes / steps)
+        exposed = secs if op.exposed_s >= op.seconds else op.exposed_s * secs / op.seconds
+        out.append(dataclasses.replace(op, seconds=secs, exposed_s=exposed))
+        fitted += 1
+    return tuple(out), fitted
+
+
+# ---- the measured path ---------------------------------------------------------------------
+def _base(kind: str) -> str:
+    return kind.split("_")[0]
+
+
+def _busy_ranks_per_node(spec: RunSpec) -> int:
+    return min(spec.cluster.node_size, spec.world_size)
+
+
+def _measured_comm(kt, part: str | None = None) -> dict[str, float]:
+    """Collective seconds inside a measured kind (all axes; group-size-1 calls too)."""
+    out = {"fwd": 0.0, "bwd": 0.0}
+    for axis, phases in (kt.comm_s or {}).items():
+        for ph in ("fwd", "bwd"):
+            out[ph] += phases.get(ph, 0.0)
+    return out
+
+
+def _per_microbatch_overhead(profile: Profile) -> float:
+    step = profile.step
+    m = max(int(step.get("num_microbatches", 1)), 1)
+    timed = sum(k.num_layers * (k.fwd_s + k.bwd_s) for k in profile.layers.values())
+    per = step.get("fwd_bwd_s", 0.0) / m - timed
+    return max(per, 0.0)
+
+
+def _measured_kind(profile: Profile, target: RunSpec, meas: RunSpec, name: str,
+                   sim: LayerCost, rules: list[str]) -> LayerCost | None:
+    base = _base(name)
+    kt = profile.layers.get(base)
+    if kt is None:
+        return None
+    window = target.model.window_size if "_window" in name else None
+    meas_comm = _measured_comm(kt)
+    fwd_c = max(kt.fwd_s - meas_comm["fwd"], 0.0)
+    bwd_c = max(kt.bwd_s - meas_comm["bwd"], 0.0)
+    core_f = kt.parts.get("core_attn", {}).get("fwd", 0.0)
+    same = _same_shapes(profile, target) and window is None
+    if base in ("dense", "moe") and not same:
+        hw = profile.hardware
+        pt = _parts(_on(target, hw), base == "moe", window)
+        pm = _parts(_on(meas, hw), base == "moe", None)
+        a, mlp = kt.parts.get("attn", {}), kt.parts.get("mlp", {})
+        new = {}
+        for ph, total in (("fwd", fwd_c), ("bwd", bwd_c)):
+            ma, mm = a.get(ph, 0.0), mlp.get(ph, 0.0)
+            mo = max(total - ma - mm, 0.0)
+            new[ph] = (ma * _ratio(pt["attn"][ph], pm["attn"][ph])
+                       + mm * _ratio(pt["mlp"][ph], pm["mlp"][ph])
+                       + mo * _ratio(pt["other"][ph], pm["other"][ph]))
+        fwd_c, bwd_c = new["fwd"], new["bwd"]
+        core_f *= _ratio(pt["core_attn"]["fwd"], pm["core_attn"]["fwd"])
+        rules.append(f"{name}: rescaled by part (attention, MLP, norms/residuals) with the "
+                     f"simulate backend's target/measured ratios on {hw}")
+    elif base in ("embedding", "output") and not same:
+        simm = simulate_layer_costs(_on(meas, profile.hardware)).kinds.get(base)
+        simt = simulate_layer_costs(_on(target, profile.hardware)).kinds.get(base)
+        if simm and simt:
+            fwd_c *= _ratio(simt.fwd_s, simm.fwd_s)
+            bwd_c *= _ratio(simt.bwd_input_s + simt.bwd_weight_s,
+                            simm.bwd_input_s + simm.bwd_weight_s)
+    factor = kt.contention if _busy_ranks_per_node(target) > 1 and \
+        profile.device.get("count", 1) < _busy_ranks_per_node(target) else 1.0
+    if base in ("embedding", "output"):
+        over = 0.5 * _per_microbatch_overhead(profile)
+        fwd_c += over
+    fwd_c, bwd_c, core_f = fwd_c * factor, bwd_c * factor, core_f * factor
+    # Backward split into input and weight grads as the simulate backend splits it.
+    sd, sw = sim.bwd_input_s, sim.bwd_weight_s
+    w_frac = sw / (sd + sw) if sd + sw > 0 else 0.5
+    if name.endswith("_recompute"):
+        rec = fwd_c
+    elif target.train.recompute_granularity == "selective" and base in ("dense", "moe"):
+        rec = core_f if tuple(target.train.recompute_modules) == ("core_attn",) else \
+            sim.recompute_s * _ratio(fwd_c, sim.fwd_s)
+    else:
+        rec = 0.0
+    comms, _ = _recost(profile, target, sim.comms)
+    return dataclasses.replace(sim, fwd_s=fwd_c, bwd_input_s=bwd_c * (1 - w_frac),
+                               bwd_weight_s=bwd_c * w_frac, recompute_s=rec, comms=comms)
+
+
+def _same_shapes(profile: Profile, target: RunSpec) -> bool:
+    t = rank_shapes(target)
+    m = profile.measured_shapes
+    keys = (set(t) | set(m)) - set(_NEUTRAL) - {"attention_backend"}
+    return all(t.get(k) == m.get(k) for k in keys)
+
+
+def layer_costs_from_profile(profile: Profile, target_spec: RunSpec) -> LayerCosts:
+    """LayerCosts of ``target_spec`` from ``profile`` (see the module docstring)."""
+    sim = simulate_layer_costs(target_spec)
+    if not same_hardware(profile, target_spec):
+        notes = (f"hybrid: measured on {profile.device.get('name')} "
+                 f"({profile.hardware or '?'}), target {target_spec.cluster.hardware.name}: "
+                 "layer times cannot stand in for the target's",
+                 "measured: the downscaled megatron-core run (ops and executed FLOPs, "
+                 "collectives with bytes per layer, activation bytes per layer)",
+                 f"simulated: compute times ({target_spec.cluster.hardware.name} model of "
+                 "the simulate backend), collective times (comm model), pipeline "
+                 "schedule, data-parallel sync, optimizer") + _check_notes(profile,
+                                                                            target_spec)
+        return LayerCosts(kinds=dict(sim.kinds), decoder_kinds=sim.decoder_kinds,
+                          source=f"profile:{profile.created}:simulated-times", notes=notes)
+    meas = measured_spec(profile, target_spec)
+    rules: list[str] = []
+    kinds: dict[str, LayerCost] = {}
+    measured, simulated = [], []
+    fitted = 0
+    for name, lc in sim.kinds.items():
+        got = _measured_kind(profile, target_spec, meas, name, lc, rules)
+        if got is None:
+            got = _scaled_sim(profile, target_spec, meas, lc)
+            simulated.append(name)
+        else:
+            measured.append(name)
+        fitted += sum(1 for a, b in zip(got.comms, lc.comms) if a.seconds != b.seconds)
+        kinds[name] = got
+    notes = [f"hybrid: measured on {profile.device.get('name')} ({profile.hardware}), "
+             f"profile {profile.created}",
+             f"measured layer times: {', '.join(measured) or 'none'}",
+             "simulated: pipeline schedule, data-parallel sync, optimizer step (hardware "
+             "constants fitted to the profile)" + (
+                 f"; kinds from the simulate backend scaled by the measured/simulated "
+                 f"ratio: {', '.join(simulated)}" if simulated else ""),
+             f"collectives: {fitted} in-layer ops costed with microbenchmark fits, the "
+             "rest with the comm model"]
+    notes += sorted(set(rules))
+    return LayerCosts(kinds=kinds, decoder_kinds=sim.decoder_kinds,
+                      source=f"profile:{profile.created}", notes=tuple(notes))
+
+
+def _scaled_sim(profile: Profile, target: RunSpec, meas: RunSpec, lc: LayerCost
+                ) -> LayerCost:
+    """A kind the profile lacks (MTP; MoE from a dense profile): the simulate backend's
+    time times the measured/simulated ratio of the kinds that were measured."""
+    simm = simulate_layer_costs(_on(meas, profile.hardware))
+    num = den = 0.0
+    for kind, kt in profile.layers.items():
+        s = simm.kinds.get(kind)
+        if s is not None:
+            num += kt.fwd_s + kt.bwd_s
+            den += s.fwd_s + s.bwd_input_s + s.bwd_weight_s + s.fwd_comm_s + s.bwd_comm_s
+    r = _ratio(num, den)
+    comms, _ = _recost(profile, target, lc.comms)
+    return dataclasses.replace(lc, fwd_s=lc.fwd_s * r, bwd_input_s=lc.bwd_input_s * r,
+                               bwd_weight_s=lc.bwd_weight_s * r,
+                               recompute_s=lc.recompute_s * r, comms=comms)
+
+
+def _check_notes(profile: Profile, target: RunSpec) -> tuple[str, ...]:
+    from primus_ext.measure.checks import activation_check, collective_check
+    rows = [r for r in collective_check(profile, target) if r["status"] != "metadata"]
+    acts = activation_check(profile, target)
+    ok = sum(r["status"] == "match" for r in rows)
+    ok_a = sum(r["status"] == "match" for r in acts)
+    return (f"check: captured collective bytes per layer vs comm model (measured layout): "
+            f"{ok} of {len(rows)} match",
+            f"check: saved activation bytes per layer vs memory model: {ok_a} of "
+            f"{len(acts)} match")
+
+
+# ---- the hardware fitted to the profile ---------------------------------------------------
+def _ring_factor(collective: str, n: int) -> float:
+    """Bytes on the wire per byte of the full buffer (comm model, one domain)."""
+    if collective == "all_reduce":
+        return 2 * (n - 1) / n
+    if collective in ("reduce_scatter", "all_gather", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def fitted_hardware(profile: Profile, hw):
+    """``hw`` with its scale-up tier fitted to the microbenchmarks (pure alpha-beta: no
+    size-dependent bandwidth, no per-hop latency) and its HBM rate to the measured
+    optimizer step. Unchanged where the profile has no data."""
+    from primus_ext.measure.microbench import fit_alpha_beta
+    changes = {}
+    pts = [(p[0] * _ring_factor(f.collective, f.group_size), p[1])
+           for f in profile.comm_fits if f.collective in ("all_reduce", "reduce_scatter",
+                                                          "all_gather")
+           for p in f.points]
+    if pts:
+        alpha, gbps, _ = fit_alpha_beta(pts)
+        changes.update(scale_up_latency_s=alpha, scale_up_gbps=gbps,
+                       scale_up_efficiency=1.0, scale_up_half_bytes=0.0,
+                       scale_up_hop_latency_s=0.0)
+        a2a = [(p[0] * _ring_factor("all_to_all", f.group_size), p[1])
+               for f in profile.comm_fits if f.collective == "all_to_all" for p in f.points]
+        if a2a:
+            _, g2, _ = fit_alpha_beta(a2a)
+            changes.update(scale_up_a2a_efficiency=min(1.0, g2 / gbps), a2a_peer_latency_s=0.0)
+    return dataclasses.replace(hw, **changes) if changes else hw
+
+
+def _fit_hbm(spec: RunSpec, profile: Profile, meas: RunSpec) -> RunSpec:
+    from primus_ext.compute.optimizer import optimizer_step_s
+    step = profile.step
+    target_s = step.get("optimizer_s", 0.0) + step.get("zero_grad_s", 0.0)
+    n = step.get("num_params_per_rank", 0)
+    n_e = step.get("num_expert_params_per_rank", 0)
+    if target_s <= 0 or n <= 0:
+        return spec
+    lo, hi = 1e-3, 1e5
+    for _ in range(80):  # optimizer_step_s falls as hbm_gbps rises
+        mid = (lo * hi) ** 0.5
+        hw = dataclasses.replace(meas.cluster.hardware, hbm_gbps=mid)
+        s = dataclasses.replace(meas, cluster=dataclasses.replace(meas.cluster, hardware=hw))
+        if optimizer_step_s(s, n - n_e, n_e) > target_s:
+            lo = mid
+        else:
+            hi = mid
+    hw = dataclasses.replace(spec.cluster.hardware, hbm_gbps=(lo * hi) ** 0.5)
+    return dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, hardware=hw))
+
+
+def calibrated_spec(profile: Profile, target_spec: RunSpec) -> RunSpec:
+    """The target with its hardware constants fitted to the profile (same hardware only)."""
+    if not same_hardware(profile, target_spec):
+        return target_spec
+    hw = fitted_hardware(profile, target_spec.cluster.hardware)
+    spec = dataclasses.replace(target_spec, cluster=dataclasses.replace(
+        target_spec.cluster, hardware=hw))
+    meas = measured_spec(profile, spec)
+    meas = dataclasses.replace(meas, cluster=dataclasses.replace(meas.cluster, hardware=hw))
+    return _fit_hbm(spec, profile, meas)
+
+
+def project_from_profile(profile: Profile, target_spec: RunSpec, **kwargs):
+    """Estimate of ``target_spec`` with the profile's layer costs and fitted hardware."""
+    from primus_ext.project.estimate import project
+    spec = calibrated_spec(profile, target_spec)
+    costs = layer_costs_from_profile(profile, spec)
+    if same_hardware(profile, target_spec):
+        kwargs.setdefault("calibration", None)  # the profile is the calibration
+    return project(spec, costs=costs, **kwargs)
