@@ -125,18 +125,22 @@ class Evaluator:
         self.space, self.settings = space, settings
         self.journal, self.on_trial = journal, on_trial
         self._mem_opts = None
+        if memory_fn is None or project_fn is None:
+            from primus_ext.project.calibration import Calibration, load_calibration
+            calib = settings.calibration
+            calib = calib if isinstance(calib, Calibration) else load_calibration(calib)
         if memory_fn is None:
             from primus_ext.memory.report import memory_report
             self._mem_opts = _memory_options_with_margin(settings.memory_margin)
             opts = self._mem_opts
-            memory_fn = (lambda s: memory_report(s, opts)) if opts else memory_report
+            # The projector calls memory_report on the calibrated spec with these
+            # options: the same call here makes its (cached) report the one we filter on.
+            memory_fn = lambda s: memory_report(calib.apply(s), opts)  # noqa: E731
         if project_fn is None:
             from primus_ext.project.estimate import project
-            calib, opts = settings.calibration, self._mem_opts
-            if opts is not None:
-                project_fn = lambda s: project(s, calibration=calib, memory_options=opts)
-            else:
-                project_fn = lambda s: project(s, calibration=calib)
+            opts = self._mem_opts
+            project_fn = lambda s: project(s, calibration=calib,  # noqa: E731
+                                           memory_options=opts)
         self.memory_fn, self.project_fn = memory_fn, project_fn
         self.cache: dict[Point, Trial] = {}
         self.trials: list[Trial] = []  # in evaluation order, new and resumed

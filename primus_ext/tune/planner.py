@@ -41,17 +41,23 @@ def _relief(space: SearchSpace, point: Point) -> list[Point]:
     return [p for p in out if p != point]
 
 
-def relieve(ev: Evaluator, trial: Trial, source: str) -> Trial:
-    """``trial`` if it fits, else the first memory-relief variant that does."""
+def relieve(ev: Evaluator, trial: Trial, source: str, best: bool = False) -> Trial:
+    """``trial`` if it fits, else a memory-relief variant that does: the first one, or
+    with ``best`` the best-scoring of them (the cheapest relief is not known upfront:
+    FSDP may cost less than recompute on one cluster and more on another)."""
     if trial.verdict != "oom":
         return trial
+    found = trial
     for p in _relief(ev.space, trial.point):
         if ev.space.spec(p) is None:
             continue
         t = ev.evaluate(p, source)
         if t.verdict == "ok":
-            return t
-    return trial
+            if not best:
+                return t
+            if found.verdict != "ok" or t.score > found.score:
+                found = t
+    return found
 
 
 def _by_distance(space: SearchSpace, point: Point) -> list[Point]:

@@ -42,14 +42,39 @@ def _sweeps(space) -> list[tuple[str, ...]]:
     return singles + pairs
 
 
+# Axes whose legal values depend on others (vpp on pp and the layer count; the micro
+# batch on the data-parallel size the global batch must divide): a swept point that is
+# illegal only through them is moved to their nearest legal values.
+DEPENDENT = ("vpp", "micro_batch_size")
+
+
+def _nearest(values, current) -> list:
+    return sorted(values, key=lambda v: (abs(v - current), v))
+
+
+def _legalize(space, p: Point, swept: tuple[str, ...]) -> Point | None:
+    if space.spec(p) is not None:
+        return p
+    free = [a for a in DEPENDENT if a not in swept]
+    choices = [_nearest(space.axes[a], p[IDX[a]]) for a in free]
+    for values in sorted(itertools.product(*choices),
+                         key=lambda vs: sum(abs(v - p[IDX[a]]) / max(p[IDX[a]], 1)
+                                            for a, v in zip(free, vs))):
+        q = space.vary(p, **dict(zip(free, values)))
+        if space.spec(q) is not None:
+            return q
+    return None
+
+
 def _sweep(ev: Evaluator, center: Point, axes: tuple[str, ...]) -> list[Point]:
     space = ev.space
-    out = []
+    out, seen = [], {center}
     for values in itertools.product(*(space.axes[a] for a in axes)):
         if all(center[IDX[a]] == v for a, v in zip(axes, values)):
             continue
-        p = space.vary(center, **dict(zip(axes, values)))
-        if p != center and space.spec(p) is not None:
+        p = _legalize(space, space.vary(center, **dict(zip(axes, values))), axes)
+        if p is not None and p not in seen:
+            seen.add(p)
             out.append(p)
     return out
 
@@ -64,9 +89,7 @@ def descend(ev: Evaluator, start: Trial, source: str = "search") -> Trial:
         for axes in sweeps:
             best = current
             for p in _sweep(ev, current.point, axes):
-                t = ev.evaluate(p, source)
-                if t.verdict == "oom" and len(axes) == 1:
-                    t = relieve(ev, t, source)
+                t = relieve(ev, ev.evaluate(p, source), source, best=True)
                 if t.verdict == "ok" and t.score > best.score + abs(best.score) * MIN_GAIN:
                     best = t
             if best is not current:

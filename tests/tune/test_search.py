@@ -1,0 +1,116 @@
+"""Search strategies on a toy scorer (tune_fakes): the exhaustive search is exhaustive,
+the guided one finds the optimum with a fraction of the evaluations, both are
+deterministic, budgets hold, and the memory pre-filter rejects before projecting."""
+from __future__ import annotations
+
+import pytest
+from tune_fakes import fake_memory, fake_project
+
+from primus_ext.tune.evaluate import Evaluator
+from primus_ext.tune.planner import plan, sweep_points
+from primus_ext.tune.run import tune
+from primus_ext.tune.settings import TuneSettings
+from primus_ext.tune.space import IDX, SearchSpace, point_of
+from test_space import _spec
+
+SETTINGS = dict(progress=False, reference=None)
+
+
+def _tune(spec, **kw):
+    calls = {"memory": 0, "project": 0}
+
+    def mem(s):
+        calls["memory"] += 1
+        return fake_memory(s)
+
+    def proj(s):
+        calls["project"] += 1
+        return fake_project(s)
+
+    result = tune(spec, {**SETTINGS, **kw}, memory_fn=mem, project_fn=proj, write=False)
+    return result, calls
+
+
+@pytest.mark.parametrize("model,hw", [("llama3.1_70b", "h100"), ("mixtral_8x22b", "mi355x")])
+def test_guided_matches_exhaustive(model, hw):
+    spec = _spec(model, hw)
+    ex, ex_calls = _tune(spec, strategy="exhaustive")
+    gd, gd_calls = _tune(spec, strategy="guided")
+    assert ex.stats["evaluated"] == ex.space["num_legal"]
+    assert gd.best.score >= 0.99 * ex.best.score
+    assert gd.stats["evaluated"] < ex.stats["evaluated"] / 4
+    # Every evaluated candidate met the memory model; only fitting ones were projected.
+    assert ex_calls["memory"] == ex.stats["evaluated"]
+    assert ex_calls["project"] == ex.stats["projected"] < ex_calls["memory"]
+    assert ex.stats["rejected_by_reason"]["oom"] == ex_calls["memory"] - ex_calls["project"]
+
+
+def test_exhaustive_best_is_the_max_over_all_trials():
+    r, _ = _tune(_spec(), strategy="exhaustive")
+    ok = [t for t in r.trials if t.verdict == "ok"]
+    assert r.best.score == max(t.score for t in ok)
+    for t in r.trials:
+        if t.verdict == "oom":
+            assert t.metrics["peak_memory_bytes"] * 1.05 > t.metrics["device_bytes"]
+
+
+def test_auto_picks_by_legal_size():
+    small, _ = _tune(_spec(), space={"tp": [4, 8], "pp": [2, 4]})
+    assert small.strategy == "exhaustive"
+    big, _ = _tune(_spec(), budget={"candidates": 100, "seconds": None})
+    assert big.strategy == "guided"
+    assert big.stats["evaluated"] <= 100
+
+
+def test_deterministic():
+    a, _ = _tune(_spec("mixtral_8x22b", "mi355x"), strategy="guided")
+    b, _ = _tune(_spec("mixtral_8x22b", "mi355x"), strategy="guided")
+    assert [t.point for t in a.trials] == [t.point for t in b.trials]
+
+
+def test_planner_sweeps_one_axis_at_a_time():
+    spec = _spec(tp=4, pp=4, sequence_parallel=True)
+    space = SearchSpace(spec)
+    center = space.normalize(point_of(spec))
+    for p in sweep_points(space, center):
+        assert sum(a != b for a, b in zip(p, center)) == 1 or p[IDX["tp"]] != center[IDX["tp"]]
+    ev = Evaluator(space, TuneSettings(progress=False), memory_fn=fake_memory,
+                   project_fn=fake_project)
+    user, start, seeds = plan(ev, point_of(spec))
+    assert user.source == "baseline" and start.verdict == "ok"
+    assert {t.source for t in seeds[1:]} <= {"planner"}
+
+
+def test_unfitting_baseline_gets_a_fitting_start():
+    r, _ = _tune(_spec(), strategy="guided")  # TP1 PP1 of a 70B model: does not fit
+    assert r.baseline.verdict == "oom"
+    assert r.start.verdict == "ok"
+
+
+def test_memory_margin_rejects_more():
+    loose, _ = _tune(_spec(), strategy="exhaustive", memory_margin=0.0)
+    tight, _ = _tune(_spec(), strategy="exhaustive", memory_margin=0.3)
+    assert tight.stats["rejected_by_reason"]["oom"] > loose.stats["rejected_by_reason"]["oom"]
+
+
+def test_cost_objective_and_pareto():
+    r, _ = _tune(_spec(), strategy="exhaustive", objective="cost",
+                 gpu_hour_cost={"h100": 2.0, "h200": 3.5},
+                 space={"num_nodes": [4, 8], "hardware": ["h100", "h200"], "tp": [4, 8],
+                        "pp": [2, 4], "cp": [1]})
+    assert r.best.metrics["cost_per_mtok"] == pytest.approx(
+        2.0 / 3600 / r.best.metrics["tokens_per_s_per_gpu"] * 1e6
+        if r.best.metrics["hardware"] == "h100" else
+        3.5 / 3600 / r.best.metrics["tokens_per_s_per_gpu"] * 1e6)
+    costs = [t.metrics["cost_per_mtok"] for t in r.trials if t.verdict == "ok"]
+    assert r.best.metrics["cost_per_mtok"] == min(costs)
+    assert r.pareto and all(t.verdict == "ok" for t in r.pareto)
+    tps = [t.metrics["tokens_per_s"] for t in r.pareto]
+    assert tps == sorted(tps, reverse=True)
+    front_costs = [t.metrics["cost_per_mtok"] for t in r.pareto]
+    assert front_costs == sorted(front_costs, reverse=True)  # faster costs more
+
+
+def test_cost_objective_needs_a_price():
+    with pytest.raises(ValueError, match="gpu_hour_cost"):
+        _tune(_spec(), strategy="guided", objective="cost")
