@@ -43,7 +43,7 @@ class MeasureOptions:
     microbench_repeats: int = 5
     count_activations: bool = True
     contention: bool = True  # CPU: time again with the other cores busy
-    target_overrides: tuple[str, ...] = ()
+    target_overrides: tuple[str, ...] = ()  # as the user gave them (kept in the notes)
     local_hardware: str | None = None  # None: detect (cpu, or the GPU's preset)
 
 
@@ -416,10 +416,12 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
     shapes["attention_backend"] = "flash" if use_te else "unfused"
     p = timing_spec.parallel
     notes = ["patches: " + ", ".join(patches) if patches else "patches: none (CUDA)"]
+    if opts.target_overrides:
+        notes.append("target given as: " + " ".join(opts.target_overrides))
     return Profile(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         device=device_info(hw), versions=versions(),
-        target_overrides=tuple(opts.target_overrides) or tuple(spec_overrides(target)),
+        target_overrides=tuple(spec_overrides(target)),
         downscale_overrides=down.overrides, rules=down.rules, measured_shapes=shapes,
         measured_parallel={"tp": p.tp, "cp": p.cp, "ep": p.ep, "etp": p.expert_tp,
                            "dp": timing_spec.dp, "pp": 1,

@@ -348,11 +348,27 @@ def calibrated_spec(profile: Profile, target_spec: RunSpec) -> RunSpec:
     return _fit_hbm(spec, profile, meas)
 
 
-def project_from_profile(profile: Profile, target_spec: RunSpec, **kwargs):
-    """Estimate of ``target_spec`` with the profile's layer costs and fitted hardware."""
+def project_from_profile(profile: Profile | str, target_spec: RunSpec, *,
+                         calibration="default", **kwargs):
+    """Estimate of ``target_spec`` with the profile's layer costs.
+
+    Same hardware: the hardware's constants are fitted to the profile (``calibration`` is
+    not applied: the profile is the calibration). Other hardware: ``calibration`` applies
+    to the simulate backend's model of the target, as in ``backend=simulate``.
+    """
+    from primus_ext.project.calibration import Calibration, load_calibration
     from primus_ext.project.estimate import project
-    spec = calibrated_spec(profile, target_spec)
-    costs = layer_costs_from_profile(profile, spec)
+    if not isinstance(profile, Profile):
+        profile = Profile.load(profile)
     if same_hardware(profile, target_spec):
-        kwargs.setdefault("calibration", None)  # the profile is the calibration
-    return project(spec, costs=costs, **kwargs)
+        spec = calibrated_spec(profile, target_spec)
+    else:
+        calib = calibration if isinstance(calibration, Calibration) else \
+            load_calibration(calibration)
+        spec = calib.apply(target_spec)
+    costs = layer_costs_from_profile(profile, spec)
+    return project(spec, costs=costs, calibration=None, **kwargs)
+
+
+# The name mode=project calls.
+estimate_from_profile = project_from_profile

@@ -1,0 +1,90 @@
+"""mode=measure: measure a downscaled real megatron-core run of the composed target on the
+local device(s) and save its Profile.
+
+    primus-ext mode=measure model=llama3.1_8b parallel.tp=8 cluster.num_nodes=4 \\
+        profile=llama8b.profile.json
+    torchrun --nproc-per-node 2 -m primus_ext.cli mode=measure ... profile=p.json
+
+Options (optional keys): ``+measure.warmup``, ``+measure.repeats``,
+``+measure.num_microbatches``, ``+measure.layers_per_kind``, ``+measure.microbench``,
+``+measure.contention``. The profile goes to ``profile=`` or, when that is null, to
+``profile.json`` in the run directory. Then: ``mode=project backend=profile profile=FILE``.
+"""
+from __future__ import annotations
+
+import os
+
+from primus_ext.config import spec_from_cfg
+from primus_ext.emit.console import print_json, print_table
+
+OPTION_KEYS = ("warmup", "repeats", "num_microbatches", "layers_per_kind", "microbench",
+               "microbench_repeats", "count_activations", "contention", "local_hardware")
+
+
+def _options(cfg, overrides: tuple[str, ...]):
+    from primus_ext.measure.runner import MeasureOptions
+    raw = dict(cfg.get("measure") or {})
+    unknown = sorted(set(raw) - set(OPTION_KEYS))
+    if unknown:
+        raise ValueError(f"measure.{unknown[0]} is not a measure option; known: "
+                         f"{', '.join(OPTION_KEYS)}")
+    return MeasureOptions(target_overrides=overrides, **raw)
+
+
+def _out_path(cfg) -> str:
+    if cfg.get("profile"):
+        return str(cfg.profile)
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        return os.path.join(HydraConfig.get().runtime.output_dir, "profile.json")
+    except ValueError:
+        return "profile.json"
+
+
+def summary_rows(profile) -> list[tuple]:
+    rows = [("device", f"{profile.device.get('name')} ({profile.hardware}) x "
+                       f"{profile.device.get('count')}")]
+    for kind, kt in profile.layers.items():
+        comm = sum(v.get("fwd", 0) + v.get("bwd", 0) for v in kt.comm_s.values())
+        rows.append((f"{kind} fwd / bwd (ms)",
+                     f"{kt.fwd_s * 1e3:.3f} / {kt.bwd_s * 1e3:.3f}"
+                     + (f"  (comm {comm * 1e3:.3f})" if comm else "")
+                     + (f"  contention x{kt.contention:.2f}" if kt.contention != 1.0 else "")))
+        if kt.activation_bytes is not None and kind in ("dense", "moe"):
+            rows.append((f"{kind} saved activations (B/layer)", f"{kt.activation_bytes:,}"))
+    rows.append(("step (s)", f"{profile.step.get('step_s', 0):.4f} over "
+                             f"{profile.step.get('num_microbatches')} microbatches"))
+    for f in profile.comm_fits:
+        rows.append((f"{f.collective} x{f.group_size} fit",
+                     f"{f.alpha_s * 1e6:.1f} us + B / {f.gbps:.2f} GB/s"))
+    return rows
+
+
+def run(cfg) -> dict:
+    from primus_ext.measure.build import prepare_runtime
+    prepare_runtime()  # tracer before megatron.core is imported
+    from primus_ext.measure.runner import measure
+
+    spec = spec_from_cfg(cfg)
+    overrides = ()
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        overrides = tuple(HydraConfig.get().overrides.task)
+    except ValueError:
+        pass
+    profile = measure(spec, _options(cfg, overrides))
+    path = _out_path(cfg)
+    import torch.distributed as dist
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    out = {"profile": path, "rules": list(profile.rules)}
+    if rank == 0:
+        profile.save(path)
+        if cfg.output == "json":
+            print_json({**out, "layers": {k: {"fwd_s": v.fwd_s, "bwd_s": v.bwd_s}
+                                          for k, v in profile.layers.items()}})
+        else:
+            print_table(f"measured: {spec.model.name} (downscaled)", ["quantity", "value"],
+                        summary_rows(profile),
+                        caption=f"profile written to {path}; rules: "
+                                + "; ".join(profile.rules))
+    return out
