@@ -136,6 +136,7 @@ class LLMLoop:
     # ---- loop -----------------------------------------------------------------------
     def run(self) -> list[LLMRound]:
         s = self.settings
+        self._client()  # RuntimeError when no endpoint is configured at all
         failures = 0
         feedback: list[dict] | None = None
         for r in range(1, s.max_rounds + 1):
@@ -158,9 +159,15 @@ class LLMLoop:
                     feedback = [{"error": rnd.error,
                                  "fix": "answer with one JSON object as specified"}]
                 else:
-                    rnd.ok = True
                     rnd.proposals = self._score(proposals, incumbent)
                     feedback = rnd.proposals
+                    # A round none of whose proposals could be scored is a failed round
+                    # (the feedback says why), not a sign that nothing is left to find.
+                    rnd.ok = any(p.get("verdict") in ("ok", "oom") and
+                                 not p.get("already_tried") for p in rnd.proposals)
+                    if not rnd.ok:
+                        rnd.error = "no proposal could be scored (invalid, illegal, " \
+                                    "off the axes or already tried)"
             rnd.best_after = self.ev.best.score if self.ev.best else None
             self.rounds.append(rnd)
             if self.journal is not None:
@@ -197,8 +204,7 @@ class LLMLoop:
             seen = point in self.ev.cache
             trial = self.ev.evaluate(point, "llm", hypothesis=hypothesis, check_space=True,
                                      enforce_budget=False)
-            entry.update(candidate=as_dict(point), verdict=trial.verdict,
-                         reason=trial.reason, already_tried=seen, **_figures(trial))
+            entry.update(candidate=as_dict(point), already_tried=seen, **_figures(trial))
             out.append(entry)
         return out
 
@@ -207,7 +213,7 @@ def _figures(t: Trial) -> dict:
     m = t.metrics or {}
     if t.verdict != "ok":
         return {"verdict": t.verdict, "reason": t.reason}
-    return {"tokens_per_s_per_gpu": round(m["tokens_per_s_per_gpu"], 1),
+    return {"verdict": "ok", "tokens_per_s_per_gpu": round(m["tokens_per_s_per_gpu"], 1),
             "step_time_s": round(m["step_time_s"], 4), "mfu": round(m["mfu"], 4),
             "peak_memory_gib": round(m["peak_memory_bytes"] / 2**30, 1),
             "breakdown_s": {k: round(v, 4) for k, v in m["breakdown"].items()}}

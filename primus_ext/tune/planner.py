@@ -72,25 +72,24 @@ def _by_distance(space: SearchSpace, point: Point) -> list[Point]:
 MAX_BASELINE_TRIES = 256
 
 
-def baseline_trial(ev: Evaluator, point: Point) -> tuple[Trial, Trial]:
-    """(the user's baseline as evaluated, the legal fitting baseline the planner uses)."""
-    user = ev.evaluate(point, "baseline")
+def working_start(ev: Evaluator, user: Trial) -> Trial:
+    """The legal, fitting layout nearest the user's baseline (the planner's centre)."""
     snapped = ev.space.snap(user.point)
     start = user if snapped == user.point else ev.evaluate(snapped, "planner")
     start = relieve(ev, start, "planner") if start.verdict == "oom" else start
     if start.verdict in ("ok", "error"):
-        return user, start
+        return start
     # Illegal, or no memory relief is enough: the nearest legal layouts that fit.
     for i, p in enumerate(_by_distance(ev.space, user.point)):
         if i >= MAX_BASELINE_TRIES:
             break
         t = relieve(ev, ev.evaluate(p, "planner"), "planner")
         if t.verdict == "ok":
-            return user, t
+            return t
     if not ev.space.legal_points():
         raise ValueError("the search space has no legal layout for this job; widen "
                          "tune.space axes or change the global batch / cluster")
-    return user, start
+    return start
 
 
 def sweep_points(space: SearchSpace, center: Point) -> list[Point]:
@@ -108,8 +107,13 @@ def sweep_points(space: SearchSpace, center: Point) -> list[Point]:
 
 
 def plan(ev: Evaluator, baseline: Point) -> tuple[Trial, Trial, list[Trial]]:
-    """Evaluate the seeds: (user baseline, working baseline, every seed trial)."""
-    user, start = baseline_trial(ev, baseline)
+    """Evaluate the seeds: (user baseline, working baseline, every seed trial). The
+    user's baseline is always evaluated; the budget may cut the rest short."""
+    user = ev.evaluate(baseline, "baseline", enforce_budget=False)
+    try:
+        start = working_start(ev, user)
+    except BudgetExhausted:
+        return user, ev.best or user, [t for t in ev.trials if t.verdict == "ok"]
     seeds = [start]
     try:
         for p in sweep_points(ev.space, start.point):

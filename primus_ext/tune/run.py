@@ -179,10 +179,13 @@ def tune(spec_or_overrides: RunSpec | Sequence[str], settings: TuneSettings | di
         if reference is not None and reference.same_job:
             ref_trial = ev.evaluate(point_of(reference.spec), "reference",
                                     enforce_budget=False)
-        if strategy == "exhaustive":
-            exhaustive(ev)
-        else:
-            guided(ev, seeds + ([ref_trial] if ref_trial else []), settings.restarts)
+        try:
+            if strategy == "exhaustive":
+                exhaustive(ev)
+            else:
+                guided(ev, seeds + ([ref_trial] if ref_trial else []), settings.restarts)
+        except BudgetExhausted:
+            pass
         if settings.llm.enabled:
             llm_rounds, llm_note = _run_llm(ev, settings, base, start, journal, llm_client)
     except KeyboardInterrupt:
@@ -196,8 +199,6 @@ def tune(spec_or_overrides: RunSpec | Sequence[str], settings: TuneSettings | di
                 journal.close()
             raise
         start = start or user
-    except BudgetExhausted:
-        pass
     finally:
         if progress:
             progress.stop()
