@@ -14,41 +14,10 @@ import time
 import torch
 import torch.distributed as dist
 
-from primus_ext.measure.profile import CommFit
+from primus_ext.measure.profile import CommFit, fit_alpha_beta  # noqa: F401 (re-export)
 
 DEFAULT_SIZES = tuple(2 ** k for k in range(12, 25, 2))  # 4 KiB .. 16 MiB
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
-
-
-def fit_alpha_beta(points: list[tuple[float, float]]) -> tuple[float, float, float]:
-    """(alpha_s, gbps, max relative error) of ``t = a + x / (gbps*1e9)`` minimising the
-    relative squared error (weights 1/t^2). Alpha and 1/bw are kept non-negative."""
-    if not points:
-        raise ValueError("no points to fit")
-    # Weighted least squares for t = a + b x with weights w = 1/t^2.
-    sw = sx = sy = sxx = sxy = 0.0
-    for x, t in points:
-        w = 1.0 / max(t, 1e-12) ** 2
-        sw += w
-        sx += w * x
-        sy += w * t
-        sxx += w * x * x
-        sxy += w * x * t
-    det = sw * sxx - sx * sx
-    if det <= 0:
-        a, b = sy / sw, 0.0
-    else:
-        b = (sw * sxy - sx * sy) / det
-        a = (sy - b * sx) / sw
-    if b <= 0:  # bandwidth not resolved: latency only
-        b = 1e-15
-        a = sy / sw
-    if a < 0:  # pure bandwidth through the origin
-        a = 0.0
-        b = sum(t * x / max(t, 1e-12) ** 2 for x, t in points) / sum(
-            x * x / max(t, 1e-12) ** 2 for x, t in points)
-    err = max(abs(a + b * x - t) / t for x, t in points)
-    return a, 1.0 / b / 1e9, err
 
 
 def _dtype_size() -> tuple[torch.dtype, int]:

@@ -328,25 +328,33 @@ def _gather_max(local: dict[str, dict]) -> tuple[dict[str, dict], list[dict]]:
 
 
 def _contention(built: Built, timer: LayerTimer, iters, m: int, opts: MeasureOptions,
-                alone: dict, spec: RunSpec) -> dict[str, float]:
-    """Per-kind slowdown with every other core busy (CPU, fewer ranks than cores)."""
+                alone: dict, spec: RunSpec, rounds: int = 2) -> dict[str, float]:
+    """Per-kind slowdown with every other core busy (CPU, fewer ranks than cores):
+    ``rounds`` of (busy, alone) passes, the median ratio per kind (alternating keeps a
+    drift of the machine's load out of the ratio)."""
     import os
     free = (os.cpu_count() or 1) - dist.get_world_size()
     if torch.cuda.is_available() or not opts.contention or free <= 0:
         return {}
     from primus_ext.measure.contention import busy_neighbours
-    with busy_neighbours(free, rank_shapes(spec)):
-        _run_steps(built, timer, iters, m, 1, opts.repeats, trace=False)
-    busy = _timings(spec, timer)
+
+    def totals(t: dict) -> dict[str, float]:
+        return {k: d.get("fwd", 0.0) + d.get("bwd", 0.0) for k, d in t.items()}
+
+    ratios: dict[str, list[float]] = defaultdict(list)
+    base = totals(alone)
+    for r in range(rounds):
+        with busy_neighbours(free, rank_shapes(spec)):
+            _run_steps(built, timer, iters, m, 1, opts.repeats, trace=False)
+        busy = totals(_timings(spec, timer))
+        if r > 0:
+            _run_steps(built, timer, iters, m, 0, opts.repeats, trace=False)
+            base = totals(_timings(spec, timer))
+        for k, t1 in busy.items():
+            if base.get(k, 0) > 0 and t1 > 0:
+                ratios[k].append(t1 / base[k])
     timer.reset()
-    out = {}
-    for kind, d in alone.items():
-        b = busy.get(kind, {})
-        t0 = d.get("fwd", 0.0) + d.get("bwd", 0.0)
-        t1 = b.get("fwd", 0.0) + b.get("bwd", 0.0)
-        if t0 > 0 and t1 > 0:
-            out[kind] = t1 / t0
-    return out
+    return {k: _median(v) for k, v in ratios.items()}
 
 
 def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile:
@@ -363,7 +371,9 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
     use_te = built.use_te
     timer = LayerTimer(built.bare()).attach()
     fits = []
-    if opts.microbench and world > 1:
+    # Fits and the contention factor only serve a target on this hardware.
+    same = target.cluster.hardware.name == hw
+    if opts.microbench and world > 1 and same:
         fits = run_microbenchmarks(built.groups, repeats=opts.microbench_repeats)
 
     iters = data_iterators(built)
@@ -371,7 +381,8 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
     steps, records = _run_steps(built, timer, iters, m, opts.warmup, opts.repeats)
     local = _timings(timing_spec, timer)
     synced = _synced_records(built, timer, iters, m) if torch.cuda.is_available() else None
-    contention = _contention(built, timer, iters, m, opts, local, timing_spec)
+    contention = _contention(built, timer, iters, m, opts, local, timing_spec) if same \
+        else {}
     timer.detach()
 
     n_layers = {k: v["n_layers"] for k, v in local.items()}

@@ -296,7 +296,7 @@ def fitted_hardware(profile: Profile, hw):
     """``hw`` with its scale-up tier fitted to the microbenchmarks (pure alpha-beta: no
     size-dependent bandwidth, no per-hop latency) and its HBM rate to the measured
     optimizer step. Unchanged where the profile has no data."""
-    from primus_ext.measure.microbench import fit_alpha_beta
+    from primus_ext.measure.profile import fit_alpha_beta
     changes = {}
     pts = [(p[0] * _ring_factor(f.collective, f.group_size), p[1])
            for f in profile.comm_fits if f.collective in ("all_reduce", "reduce_scatter",

@@ -1,0 +1,174 @@
+"""The body of ``launch/pretrain_gpt.py`` (a drop-in for Megatron-LM's script).
+
+``torchrun ... launch/pretrain_gpt.py <Megatron-LM flags>``:
+
+- with ``--project-only``: every local rank runs the downscaled measurement of the
+  target (``--target-nodes``, ``--target-gpus-per-node``, ``--target-hardware``); rank 0
+  prints the projection, says which parts were measured and which simulated, checks the
+  captured collectives and activations against the models, and writes the profile
+  (``--profile-out``), the projection (``--projection-out``, JSON) and a recipe
+  (``--recipe-out DIR``: Hydra overrides and the Megatron-LM torchrun line);
+- without it: trains the megatron-core model on synthetic tokens for ``--train-iters``
+  and logs one line per iteration on rank 0 (``--timings-out FILE`` keeps them as JSON),
+  so a projection can be compared with a real run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+
+from primus_ext.measure.megatron_args import ignored_warning, parse_launch_args
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def _say(*args) -> None:
+    if _rank() == 0:
+        print(*args, flush=True)
+
+
+def _run_spec(target, world: int, local: int, hw: str):
+    """The run on the launched processes: the target's model and layout, this cluster."""
+    from primus_ext.measure.overrides import apply_overrides
+    nodes = max(world // max(local, 1), 1)
+    return apply_overrides(target, [f"cluster.hardware={hw}", f"cluster.num_nodes={nodes}",
+                                    f"cluster.gpus_per_node={world // nodes}"])
+
+
+def train(la) -> dict:
+    import torch.distributed as dist
+
+    from primus_ext.measure.build import build, init_distributed
+    from primus_ext.measure.runner import local_hardware
+    from primus_ext.measure.step import data_iterators, train_step
+    rank, world = init_distributed()
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    spec = _run_spec(la.spec, world, local, local_hardware())
+    built = build(spec)
+    iters = data_iterators(built)
+    m = spec.num_microbatches
+    p = spec.parallel
+    _say(f"primus-ext: training {spec.model.name} for {la.train_iters} iterations on "
+         f"{world} x {spec.cluster.hardware.name}: TP{p.tp} PP{p.pp} VPP{p.vpp} CP{p.cp} "
+         f"EP{p.ep} DP{spec.dp}, {m} microbatches of {spec.train.micro_batch_size} x "
+         f"{spec.train.seq_length}")
+    steps = []
+    for it in range(1, la.train_iters + 1):
+        r = train_step(built, iters, m)
+        r["loss"] = _loss_everywhere(r["loss"])  # only the last stage computes it
+        steps.append(r)
+        tok = spec.tokens_per_step / r["step_s"] / world
+        _say(f" iteration {it:>5}/{la.train_iters} | step time (ms): {r['step_s'] * 1e3:.1f}"
+             f" | fwd-bwd (ms): {r['fwd_bwd_s'] * 1e3:.1f} | optimizer (ms): "
+             f"{r['optimizer_s'] * 1e3:.1f} | tokens/s/GPU: {tok:.1f} | lm loss: "
+             f"{r['loss']:.4f}")
+    steady = sorted(s["step_s"] for s in steps[2:] or steps)
+    median = steady[len(steady) // 2] if steady else float("nan")
+    _say(f"primus-ext: median steady-state step time (s): {median:.6f}")
+    out = {"spec": dataclasses.asdict(spec.parallel), "world": world, "median_step_s": median,
+           "steps": steps}
+    dist.barrier()
+    return out
+
+
+def _loss_everywhere(loss: float) -> float:
+    import math
+
+    import torch
+    import torch.distributed as dist
+    t = torch.tensor([-math.inf if math.isnan(loss) else loss], dtype=torch.float64)
+    if torch.cuda.is_available():
+        t = t.cuda()
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def project_only(la, argv: list[str]) -> dict:
+    from primus_ext.measure.checks import activation_check, collective_check, format_rows, \
+        p2p_check
+    from primus_ext.measure.runner import MeasureOptions, measure
+    from primus_ext.project.from_profile import project_from_profile, same_hardware
+    opts = MeasureOptions(warmup=la.measure_warmup, repeats=la.measure_repeats,
+                          num_microbatches=la.num_microbatches,
+                          target_overrides=tuple(argv))
+    profile = measure(la.spec, opts)
+    if _rank() != 0:
+        return {}
+    est = project_from_profile(profile, la.spec)
+    path = la.profile_out or "primus_ext_profile.json"
+    profile.save(path)
+    from primus_ext.modes.project import print_estimate
+    print_estimate(la.spec, est)
+    same = same_hardware(profile, la.spec)
+    print(f"measured on {profile.device.get('name')} ({profile.hardware}) x "
+          f"{profile.device.get('count')}; target {la.spec.world_size} x "
+          f"{la.spec.cluster.hardware.name}")
+    print("measured: " + ("per-layer forward/backward times of "
+                          + ", ".join(profile.layers) + "; " if same else "")
+          + "ops, collectives with bytes per layer, saved activation bytes per layer "
+          "(the downscaled megatron-core run)")
+    print("simulated: " + ("" if same else f"compute times ({la.spec.cluster.hardware.name}"
+                                          " model), collective times (comm model), ")
+          + "pipeline schedule, data-parallel sync, optimizer step; restored by rules: "
+          + "; ".join(profile.rules))
+    for line in est.notes:
+        print("  note: " + line)
+    rows = collective_check(profile, la.spec) + activation_check(profile, la.spec) \
+        + p2p_check(profile, la.spec)
+    if rows:
+        print("captured vs models (the measured layout):")
+        for line in format_rows(rows):
+            print("  " + line)
+    print(f"profile written to {path}")
+    out = est.to_dict()
+    if la.projection_out:
+        from primus_ext.util.files import atomic_write_text
+        atomic_write_text(la.projection_out, json.dumps(out, indent=1) + "\n")
+        print(f"projection written to {la.projection_out}")
+    if la.recipe_out:
+        _write_recipe(la, path)
+    return out
+
+
+def _write_recipe(la, profile_path: str) -> None:
+    from pathlib import Path
+
+    from primus_ext.emit.megatron_flags import torchrun_script
+    from primus_ext.measure.overrides import spec_overrides
+    from primus_ext.util.files import atomic_write_text
+    out = Path(la.recipe_out)
+    ovs = spec_overrides(la.spec) + ["backend=profile", f"profile={profile_path}"]
+    atomic_write_text(out / "overrides.txt", "\n".join(ovs) + "\n")
+    atomic_write_text(out / "megatron_args.sh",
+                      torchrun_script(la.spec, "primus-ext --project-only target"))
+    print(f"recipe written to {out}/ (overrides.txt, megatron_args.sh)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from primus_ext.measure.build import prepare_runtime
+    prepare_runtime()  # the collective tracer goes in before megatron.core is imported
+    try:
+        la = parse_launch_args(argv)
+    except ValueError as exc:
+        print(f"pretrain_gpt.py: error: {exc}", file=sys.stderr)
+        return 2
+    warn = ignored_warning(la.ignored)
+    if warn and _rank() == 0:
+        print(warn, file=sys.stderr, flush=True)
+    timings_out = la.timings_out
+    if la.project_only:
+        project_only(la, argv)
+    else:
+        out = train(la)
+        if timings_out and _rank() == 0:
+            from primus_ext.util.files import atomic_write_text
+            atomic_write_text(timings_out, json.dumps(out, indent=1) + "\n")
+    import torch.distributed as dist
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return 0

@@ -1,0 +1,306 @@
+"""Megatron-LM ``pretrain_gpt.py`` flags -> RunSpec (pure: no torch, no Hydra).
+
+``parse_megatron_args(argv)`` reads the flags that decide step time and memory (model
+shape, parallel layout, batch, precision, recompute, optimizer) with Megatron-LM's
+defaults where a flag is absent (LayerNorm, GeLU, learned absolute positions, biases,
+tied embeddings, dropout 0.1, no distributed optimizer, no overlap); the target cluster
+comes from ``--target-nodes`` / ``--target-gpus-per-node`` / ``--target-hardware``
+(else $NNODES and $GPUS_PER_NODE / $LOCAL_WORLD_SIZE, else one node of the preset, or as
+many as the model-parallel size needs). It reads back what
+``primus_ext.emit.megatron_flags.megatron_argv`` writes (the NullTokenizer's
+``--vocab-size`` is the vocabulary minus its EOD token). Every other flag (data paths,
+checkpointing, logging, learning rate, ...) is accepted and ignored; the caller prints
+them as one warning line (``LaunchArgs.ignored``).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass
+
+from primus_ext.presets import hardware_preset
+from primus_ext.spec import (ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec,
+                             pipeline_layout)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchArgs:
+    spec: RunSpec  # the target run
+    train_iters: int
+    project_only: bool
+    profile_out: str | None
+    projection_out: str | None
+    recipe_out: str | None
+    timings_out: str | None
+    measure_warmup: int
+    measure_repeats: int
+    num_microbatches: int
+    ignored: tuple[str, ...]  # flags accepted and not modelled
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pretrain_gpt.py", add_help=True, allow_abbrev=False)
+    a = p.add_argument
+    # model
+    a("--num-layers", type=int, required=True)
+    a("--hidden-size", type=int, required=True)
+    a("--num-attention-heads", type=int, required=True)
+    a("--ffn-hidden-size", type=int)
+    a("--group-query-attention", action="store_true")
+    a("--num-query-groups", type=int)
+    a("--kv-channels", type=int)
+    a("--swiglu", action="store_true")
+    a("--squared-relu", action="store_true")
+    a("--normalization", default="LayerNorm", choices=("LayerNorm", "RMSNorm"))
+    a("--untie-embeddings-and-output-weights", action="store_true")
+    a("--position-embedding-type", default="learned_absolute",
+      choices=("learned_absolute", "rope", "alibi", "none", "mrope", "yarn"))
+    a("--disable-bias-linear", action="store_true")
+    a("--add-qkv-bias", action="store_true")
+    a("--qk-layernorm", action="store_true")
+    a("--hidden-dropout", type=float, default=0.1)
+    a("--attention-dropout", type=float, default=0.1)
+    a("--vocab-size", type=int)
+    a("--tokenizer-type", default=None)
+    a("--make-vocab-size-divisible-by", type=int, default=128)
+    a("--max-position-embeddings", type=int)
+    a("--window-size", default=None)
+    a("--window-attn-skip-freq", type=int, default=None)
+    a("--num-experts", type=int)
+    a("--moe-router-topk", type=int, default=2)
+    a("--moe-ffn-hidden-size", type=int)
+    a("--moe-shared-expert-intermediate-size", type=int)
+    a("--moe-layer-freq", default=None)
+    a("--multi-latent-attention", action="store_true")
+    a("--q-lora-rank", type=int)
+    a("--kv-lora-rank", type=int, default=512)
+    a("--qk-head-dim", type=int, default=128)
+    a("--qk-pos-emb-head-dim", type=int, default=64)
+    a("--v-head-dim", type=int, default=128)
+    a("--mtp-num-layers", type=int, default=0)
+    # parallelism
+    a("--tensor-model-parallel-size", type=int, default=1)
+    a("--pipeline-model-parallel-size", type=int, default=1)
+    a("--num-layers-per-virtual-pipeline-stage", type=int)
+    a("--virtual-pipeline-model-parallel-size", type=int)
+    a("--pipeline-model-parallel-layout", default=None)
+    a("--decoder-first-pipeline-num-layers", type=int)
+    a("--decoder-last-pipeline-num-layers", type=int)
+    a("--account-for-embedding-in-pipeline-split", action="store_true")
+    a("--account-for-loss-in-pipeline-split", action="store_true")
+    a("--context-parallel-size", type=int, default=1)
+    a("--cp-comm-type", default="p2p")
+    a("--expert-model-parallel-size", type=int, default=1)
+    a("--expert-tensor-parallel-size", type=int)
+    a("--sequence-parallel", action="store_true")
+    a("--use-distributed-optimizer", action="store_true")
+    a("--use-torch-fsdp2", action="store_true")
+    a("--use-megatron-fsdp", action="store_true")
+    a("--overlap-grad-reduce", action="store_true")
+    a("--overlap-param-gather", action="store_true")
+    a("--tp-comm-overlap", action="store_true")
+    # batch, precision, recompute, optimizer
+    a("--micro-batch-size", type=int, default=1)
+    a("--global-batch-size", type=int)
+    a("--seq-length", type=int, required=True)
+    a("--bf16", action="store_true")
+    a("--fp16", action="store_true")
+    a("--fp8-format", default=None)
+    a("--fp8-recipe", default="tensorwise")
+    a("--recompute-granularity", default=None, choices=("full", "selective"))
+    a("--recompute-method", default=None, choices=("uniform", "block"))
+    a("--recompute-num-layers", type=int)
+    a("--recompute-modules", nargs="*", default=None)
+    a("--recompute-activations", action="store_true")
+    a("--attention-backend", default="auto")
+    a("--use-flash-attn", action="store_true")
+    a("--attention-softmax-in-fp32", action="store_true")
+    a("--no-attention-softmax-in-fp32", action="store_true")
+    a("--optimizer", default="adam", choices=("adam", "sgd"))
+    a("--mock-data", action="store_true")
+    a("--train-iters", type=int, default=10)
+    # primus-ext
+    a("--project-only", action="store_true")
+    a("--target-nodes", type=int)
+    a("--target-gpus-per-node", type=int)
+    a("--target-hardware", default=None)
+    a("--profile-out", default=None)
+    a("--projection-out", default=None)
+    a("--recipe-out", default=None)
+    a("--timings-out", default=None)
+    a("--model-name", default=None)
+    a("--measure-warmup", type=int, default=2)
+    a("--measure-repeats", type=int, default=3)
+    a("--measure-microbatches", type=int, default=2)
+    return p
+
+
+def _layout_counts(layout: str) -> tuple[int, ...]:
+    """'Ett|tt|ttL' (or 't*3') -> decoder layers per virtual stage."""
+    counts = []
+    for stage in layout.split("|"):
+        n = 0
+        for m in re.finditer(r"t(?:\*(\d+))?", stage):
+            n += int(m.group(1) or 1)
+        counts.append(n)
+    return tuple(counts)
+
+
+def _moe_pattern(freq: str | None, num_layers: int) -> tuple[int, int]:
+    """(moe_layer_freq, moe_first_k_dense) from --moe-layer-freq (int or 0/1 list)."""
+    if freq is None:
+        return 1, 0
+    s = freq.strip()
+    if re.fullmatch(r"\d+", s):
+        return int(s), 0
+    if "*" in s:  # Megatron-LM's "([0]*3+[1]*58)"
+        pattern: list[int] = []
+        for val, rep in re.findall(r"\[(\d)\]\s*\*\s*(\d+)", s):
+            pattern += [int(val)] * int(rep)
+    else:
+        pattern = [int(x) for x in re.findall(r"\d", s)]
+    if len(pattern) != num_layers:
+        raise ValueError(f"--moe-layer-freq {freq!r} has {len(pattern)} entries for "
+                         f"--num-layers {num_layers}")
+    k = next((i for i, v in enumerate(pattern) if v), num_layers)
+    rest = pattern[k:]
+    for f in range(1, len(rest) + 1):
+        if rest == [1 if i % f == 0 else 0 for i in range(len(rest))]:
+            return f, k
+    raise ValueError(f"--moe-layer-freq {freq!r}: only 'k dense layers, then every f-th "
+                     "layer MoE' patterns are modelled")
+
+
+def _cluster(ns, mp: int) -> ClusterSpec:
+    hw = hardware_preset(ns.target_hardware or os.environ.get("PRIMUS_TARGET_HARDWARE",
+                                                              "h100"))
+    gpn = ns.target_gpus_per_node or _env_int("GPUS_PER_NODE") or None
+    nodes = ns.target_nodes or _env_int("NNODES")
+    if nodes is None:
+        nodes = max(1, math.ceil(mp / (gpn or hw.gpus_per_node)))
+    return ClusterSpec(hardware=hw, num_nodes=nodes, gpus_per_node=gpn)
+
+
+def _env_int(name: str) -> int | None:
+    v = os.environ.get(name)
+    return int(v) if v and v.isdigit() else None
+
+
+def _spec(ns, name: str | None) -> RunSpec:
+    L = ns.num_layers
+    freq, first_k = _moe_pattern(ns.moe_layer_freq, L) if ns.num_experts else (1, 0)
+    window, every = None, 1
+    if ns.window_size:
+        window = int(str(ns.window_size).split(",")[0])
+        every = ns.window_attn_skip_freq or 1
+    vocab = ns.vocab_size or 32000
+    if ns.tokenizer_type == "NullTokenizer" and ns.vocab_size:
+        vocab = ns.vocab_size + 1  # NullTokenizer appends the EOD token
+    activation = "swiglu" if ns.swiglu else "squared_relu" if ns.squared_relu else "gelu"
+    model = ModelSpec(
+        name=name or ns.model_name or f"gpt-{L}l-{ns.hidden_size}h",
+        num_layers=L, hidden_size=ns.hidden_size,
+        num_attention_heads=ns.num_attention_heads, ffn_hidden_size=ns.ffn_hidden_size,
+        num_query_groups=ns.num_query_groups if ns.group_query_attention else None,
+        kv_channels=ns.kv_channels, vocab_size=vocab,
+        make_vocab_size_divisible_by=ns.make_vocab_size_divisible_by,
+        max_position_embeddings=ns.max_position_embeddings or ns.seq_length,
+        normalization=ns.normalization, activation=activation,
+        add_bias_linear=not ns.disable_bias_linear, add_qkv_bias=ns.add_qkv_bias,
+        qk_layernorm=ns.qk_layernorm,
+        position_embedding_type=ns.position_embedding_type
+        if ns.position_embedding_type in ("rope", "learned_absolute", "alibi", "none")
+        else "rope",
+        untie_embeddings_and_output_weights=ns.untie_embeddings_and_output_weights,
+        hidden_dropout=ns.hidden_dropout, attention_dropout=ns.attention_dropout,
+        window_size=window, window_full_attention_every=every,
+        num_moe_experts=ns.num_experts, moe_router_topk=ns.moe_router_topk,
+        moe_ffn_hidden_size=ns.moe_ffn_hidden_size,
+        moe_shared_expert_intermediate_size=ns.moe_shared_expert_intermediate_size,
+        moe_layer_freq=freq, moe_first_k_dense=first_k,
+        multi_latent_attention=ns.multi_latent_attention, q_lora_rank=ns.q_lora_rank,
+        kv_lora_rank=ns.kv_lora_rank, qk_head_dim=ns.qk_head_dim,
+        qk_pos_emb_head_dim=ns.qk_pos_emb_head_dim, v_head_dim=ns.v_head_dim,
+        mtp_num_layers=ns.mtp_num_layers)
+    pp = ns.pipeline_model_parallel_size
+    layout = _layout_counts(ns.pipeline_model_parallel_layout) \
+        if ns.pipeline_model_parallel_layout else None
+    vpp = 1
+    if layout is not None:
+        vpp = max(len(layout) // pp, 1)
+    elif ns.virtual_pipeline_model_parallel_size:
+        vpp = ns.virtual_pipeline_model_parallel_size
+    elif ns.num_layers_per_virtual_pipeline_stage:
+        vpp = L // (pp * ns.num_layers_per_virtual_pipeline_stage)
+    fsdp = ns.use_torch_fsdp2 or ns.use_megatron_fsdp
+    etp = ns.expert_tensor_parallel_size
+    if etp == ns.tensor_model_parallel_size:
+        etp = None  # megatron-core's default: expert TP = TP
+    par = ParallelSpec(
+        tp=ns.tensor_model_parallel_size, pp=pp, vpp=vpp, cp=ns.context_parallel_size,
+        ep=ns.expert_model_parallel_size, etp=etp,
+        sequence_parallel=ns.sequence_parallel,
+        use_distributed_optimizer=ns.use_distributed_optimizer and not fsdp, fsdp=fsdp,
+        overlap_grad_reduce=ns.overlap_grad_reduce,
+        overlap_param_gather=ns.overlap_param_gather, tp_comm_overlap=ns.tp_comm_overlap,
+        cp_comm_type="a2a" if ns.cp_comm_type == "a2a" else "p2p",
+        decoder_first_pipeline_num_layers=ns.decoder_first_pipeline_num_layers,
+        decoder_last_pipeline_num_layers=ns.decoder_last_pipeline_num_layers,
+        account_for_embedding_in_pipeline_split=ns.account_for_embedding_in_pipeline_split,
+        account_for_loss_in_pipeline_split=ns.account_for_loss_in_pipeline_split,
+        pipeline_layout=layout)
+    if layout is not None:
+        # A layout string that spells the default placement is no explicit layout.
+        plain = dataclasses.replace(par, pipeline_layout=None)
+        try:
+            if pipeline_layout(L, plain).layers_per_virtual_stage == layout:
+                par = plain
+        except ValueError:
+            pass
+    precision = "fp8" if ns.fp8_format else "bf16" if ns.bf16 else "fp16" if ns.fp16 \
+        else "fp32"
+    gran = ns.recompute_granularity or ("selective" if ns.recompute_activations else None)
+    backend = ns.attention_backend
+    attn = "unfused" if backend in ("unfused", "local") else "flash"
+    cluster = _cluster(ns, par.tp * par.pp * par.cp)
+    dp = cluster.world_size // (par.tp * par.pp * par.cp) or 1
+    train = TrainSpec(
+        seq_length=ns.seq_length, micro_batch_size=ns.micro_batch_size,
+        global_batch_size=ns.global_batch_size or ns.micro_batch_size * dp,
+        precision=precision, fp8_recipe=ns.fp8_recipe, recompute_granularity=gran,
+        recompute_method=ns.recompute_method, recompute_num_layers=ns.recompute_num_layers,
+        recompute_modules=tuple(ns.recompute_modules) if ns.recompute_modules
+        else ("core_attn",),
+        attention_backend=attn, optimizer=ns.optimizer,
+        attention_softmax_in_fp32=not ns.no_attention_softmax_in_fp32)
+    return RunSpec(model=model, parallel=par, train=train, cluster=cluster)
+
+
+def parse_launch_args(argv: list[str] | None = None, *, name: str | None = None
+                      ) -> LaunchArgs:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ns, unknown = _parser().parse_known_args(argv)
+    ignored = tuple(x for x in unknown if x.startswith("--"))
+    return LaunchArgs(spec=_spec(ns, name), train_iters=ns.train_iters,
+                      project_only=ns.project_only, profile_out=ns.profile_out,
+                      projection_out=ns.projection_out, recipe_out=ns.recipe_out,
+                      timings_out=ns.timings_out,
+                      measure_warmup=ns.measure_warmup, measure_repeats=ns.measure_repeats,
+                      num_microbatches=ns.measure_microbatches, ignored=ignored)
+
+
+def parse_megatron_args(argv: list[str] | None = None, *, name: str | None = None
+                        ) -> RunSpec:
+    """The target RunSpec of a Megatron-LM ``pretrain_gpt.py`` command line."""
+    return parse_launch_args(argv, name=name).spec
+
+
+def ignored_warning(ignored: tuple[str, ...]) -> str | None:
+    """The one warning line for flags accepted and not modelled."""
+    if not ignored:
+        return None
+    return ("primus-ext: ignoring flags it does not model: " + " ".join(ignored))
