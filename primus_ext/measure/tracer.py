@@ -151,9 +151,10 @@ class CollectiveTracer:
             ranks = tuple(dist.get_process_group_ranks(group))
         except Exception:  # noqa: BLE001
             ranks = ()
-        axis = self._axes.get(id(group)) or self._axes_by_ranks.get(ranks) or "?"
-        if axis == "?" and group is dist.group.WORLD:
-            axis = "world"
+        axis = self._axes.get(id(group))
+        if axis is None:
+            axis = "world" if group is dist.group.WORLD else \
+                self._axes_by_ranks.get(ranks, "?")
         return ranks, axis
 
     # ---- wrappers -----------------------------------------------------------------
