@@ -41,9 +41,10 @@ def _moe_layer_freq(spec: RunSpec) -> str | None:
 def model_args(spec: RunSpec) -> list[str]:
     m = spec.model
     a = ["--num-layers", m.num_layers, "--hidden-size", m.hidden_size,
-         "--ffn-hidden-size", m.dense_ffn_size, "--num-attention-heads",
-         m.num_attention_heads]
-    if m.num_query_groups and m.num_query_groups != m.num_attention_heads:
+         "--num-attention-heads", m.num_attention_heads]
+    if m.ffn_hidden_size is not None:  # Megatron's default is 4 * hidden, as ours
+        a += ["--ffn-hidden-size", m.ffn_hidden_size]
+    if m.num_query_groups is not None:
         a += ["--group-query-attention", "--num-query-groups", m.num_query_groups]
     if m.kv_channels is not None:
         a += ["--kv-channels", m.kv_channels]
@@ -70,11 +71,15 @@ def model_args(spec: RunSpec) -> list[str]:
             a += ["--window-attn-skip-freq", m.window_full_attention_every]
     if m.is_moe:
         a += ["--num-experts", m.num_moe_experts, "--moe-router-topk", m.moe_router_topk,
-              "--moe-ffn-hidden-size", m.expert_ffn_size, "--moe-grouped-gemm",
-              "--moe-token-dispatcher-type", "alltoall"]
+              "--moe-grouped-gemm", "--moe-token-dispatcher-type", "alltoall"]
+        if m.moe_ffn_hidden_size is not None:
+            a += ["--moe-ffn-hidden-size", m.moe_ffn_hidden_size]
         if m.moe_shared_expert_intermediate_size:
             a += ["--moe-shared-expert-intermediate-size",
                   m.moe_shared_expert_intermediate_size]
+        if getattr(m, "moe_router_num_groups", None):
+            a += ["--moe-router-num-groups", m.moe_router_num_groups,
+                  "--moe-router-group-topk", m.moe_router_group_topk]
         freq = _moe_layer_freq(spec)
         if freq is not None:
             a += ["--moe-layer-freq", freq]
@@ -113,8 +118,7 @@ def parallel_args(spec: RunSpec) -> list[str]:
     if p.resolved_schedule == "interleaved" and spec.num_microbatches % p.pp:
         # megatron-core needs whole microbatch groups; one group of all of them is legal.
         a += ["--microbatch-group-size-per-virtual-pipeline-stage", spec.num_microbatches]
-    if p.cp > 1:
-        a += ["--cp-comm-type", p.cp_comm_type]
+    a += ["--cp-comm-type", p.cp_comm_type]
     if spec.model.is_moe:
         a += ["--expert-model-parallel-size", p.ep, "--expert-tensor-parallel-size",
               p.expert_tp]
@@ -150,7 +154,7 @@ def train_args(spec: RunSpec) -> list[str]:
         a += ["--recompute-granularity", "selective", "--recompute-modules",
               *t.recompute_modules]
     a += ["--attention-backend", t.attention_backend, "--optimizer", t.optimizer]
-    if t.attention_backend == "unfused" and not t.attention_softmax_in_fp32:
+    if not t.attention_softmax_in_fp32:
         a.append("--no-attention-softmax-in-fp32")
     return a
 
@@ -171,18 +175,27 @@ def megatron_argv(spec: RunSpec) -> list[str]:
 
 
 def torchrun_script(spec: RunSpec, title: str = "") -> str:
-    """A bash script: the torchrun line with the Megatron-LM flags, one group a line."""
+    """A bash script: the torchrun line with the Megatron-LM flags, one group a line.
+
+    NNODES (and GPUS_PER_NODE for a partial node) and PRIMUS_TARGET_HARDWARE are
+    exported with the recipe's values as defaults: torchrun reads the first, and
+    ``launch/pretrain_gpt.py --project-only`` (parse_megatron_args) reads all three.
+    """
     c = spec.cluster
-    groups = [("model", model_args(spec)), ("layout", parallel_args(spec)),
-              ("training", train_args(spec)), ("mock data", data_args(spec))]
+    groups = [model_args(spec), parallel_args(spec), train_args(spec), data_args(spec)]
     lines = ["#!/usr/bin/env bash",
              f"# {title}" if title else "# primus-ext tune recipe",
              f"# {c.num_nodes} node(s) x {c.node_size} {c.hardware.name}; run on every node "
              "with NODE_RANK, MASTER_ADDR and MASTER_PORT set.",
              "# NullTokenizer counts --vocab-size + 1 tokens (EOD): the flag is vocab_size - 1.",
+             "# Projection only, same flags: replace $MEGATRON_LM/pretrain_gpt.py by "
+             "primus-ext's launch/pretrain_gpt.py and add --project-only.",
              "set -euo pipefail",
              "MEGATRON_LM=${MEGATRON_LM:-/workspace/Megatron-LM}",
-             ""]
+             f"export NNODES=${{NNODES:-{c.num_nodes}}}",
+             f"export PRIMUS_TARGET_HARDWARE=${{PRIMUS_TARGET_HARDWARE:-{c.hardware.name}}}"]
+    if c.gpus_per_node is not None:
+        lines.append(f"export GPUS_PER_NODE=${{GPUS_PER_NODE:-{c.gpus_per_node}}}")
     if spec.parallel.resolved_schedule == "zb":
         lines.insert(3, "# Schedule: zero-bubble (ZB-H1) as projected; upstream Megatron-LM "
                         "has no flag for it (Primus: --enable-zero-bubble), so this line "
@@ -190,15 +203,14 @@ def torchrun_script(spec: RunSpec, title: str = "") -> str:
     if spec.parallel.tp_comm_overlap or spec.parallel.fsdp:
         lines.insert(3, "# Needs Transformer Engine (tp-comm-overlap) / torch FSDP2 support "
                         "in the Megatron-LM build.")
-    lines.append("torchrun \\")
-    lines.append(f"  --nnodes {c.num_nodes} --nproc-per-node {c.node_size} \\")
-    lines.append("  --node-rank ${NODE_RANK:-0} --master-addr ${MASTER_ADDR:-localhost} "
-                 "--master-port ${MASTER_PORT:-6000} \\")
-    lines.append('  "$MEGATRON_LM/pretrain_gpt.py" \\')
-    for i, (_name, args) in enumerate(groups):
-        text = _join([str(x) for x in args])
+    lines += ["", "torchrun \\",
+              f"  --nnodes $NNODES --nproc-per-node {c.node_size} \\",
+              "  --node-rank ${NODE_RANK:-0} --master-addr ${MASTER_ADDR:-localhost} "
+              "--master-port ${MASTER_PORT:-6000} \\",
+              '  "$MEGATRON_LM/pretrain_gpt.py" \\']
+    for i, args in enumerate(groups):
         end = " \\" if i < len(groups) - 1 else ""
-        lines.append(f"  {text}{end}")
+        lines.append(f"  {_join([str(x) for x in args])}{end}")
     lines.append("")
     return "\n".join(lines)
 
