@@ -1,0 +1,62 @@
+"""What the hybrid run captures equals what the models count, for TP2+SP, EP2 and PP2.
+
+Two CPU processes (gloo, one thread each) run ``launch/pretrain_gpt.py --project-only``
+on a tiny model for an H100 target: the downscaled megatron-core run is real, its
+collectives are traced with bytes and its saved activations counted. Per layer kind the
+captured collective bytes must equal the simulate backend's ``CommOp.num_bytes`` of the
+measured layout, the activation bytes the memory model's (plus the named CPU-only norm
+delta), and the pipeline probe's send the comm model's p2p bytes; the output must say
+which parts were measured and which simulated.
+"""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("megatron.core")
+
+from primus_ext.measure.checks import activation_check, collective_check, p2p_check  # noqa: E402,E501
+from primus_ext.measure.megatron_args import parse_megatron_args  # noqa: E402
+from primus_ext.measure.profile import Profile  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+_spec = importlib.util.spec_from_file_location(
+    "hybrid_launch", pathlib.Path(__file__).with_name("hybrid_launch.py"))
+H = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(H)
+
+TARGET = ["--project-only", "--target-nodes", "1", "--target-gpus-per-node", "8",
+          "--target-hardware", "h100", "--global-batch-size", "16",
+          "--measure-warmup", "1", "--measure-repeats", "1"]
+CASES = {
+    "tp2_sp": (["--tensor-model-parallel-size", "2", "--sequence-parallel"], "tp"),
+    "ep2": (["--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "128",
+             "--expert-model-parallel-size", "2"], "ep"),
+    "pp2": (["--pipeline-model-parallel-size", "2"], "pp"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_captured_bytes_equal_the_models(name, tmp_path):
+    flags, axis = CASES[name]
+    path = tmp_path / "profile.json"
+    argv = H.TINY + flags + TARGET + ["--profile-out", str(path)]
+    res = H.torchrun(argv)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = res.stdout
+    assert "measured: ops, collectives with bytes per layer" in out
+    assert "simulated: compute times (h100 model)" in out
+    target = parse_megatron_args(argv)
+    prof = Profile.load(path)
+    rows = [r for r in collective_check(prof, target) if r["status"] != "metadata"]
+    acts = activation_check(prof, target)
+    assert acts and all(r["status"] == "match" for r in acts), acts
+    if axis == "pp":
+        rows += p2p_check(prof, target)
+    assert any(r.get("axis") == axis for r in rows), rows
+    bad = [r for r in rows if r["status"] != "match"]
+    assert not bad, bad
