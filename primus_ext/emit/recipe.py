@@ -6,11 +6,13 @@
 - ``megatron_args.sh``: a torchrun line with Megatron-LM flags for the winner;
 - ``report.md``: winner against baseline and reference, top-k, Pareto front, search;
 - ``timeline.json``: Chrome trace of the winner's simulated step;
+- ``trials.png``: every candidate, tokens/s/GPU against peak memory, winner and baseline;
 - ``trials.jsonl``: the journal (written during the search, see tune/journal.py).
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Callable, Sequence
@@ -20,6 +22,8 @@ from primus_ext.emit.overrides import _key_of, recipe_config, spec_overrides
 from primus_ext.emit.tune_report import render_report
 from primus_ext.tune.space import describe
 from primus_ext.util.files import atomic_write_text
+
+log = logging.getLogger("primus_ext.tune")
 
 
 def _projection_overrides(result, user_overrides: Sequence[str] | None) -> list[str]:
@@ -67,6 +71,12 @@ def write_recipe(result, out_dir: str | os.PathLike, user_overrides: Sequence[st
     if trace is not None:
         files["timeline"] = atomic_write_text(out / "timeline.json", json.dumps(trace))
     files["report"] = atomic_write_text(out / "report.md", render_report(result, overrides))
+    try:  # a picture must not cost the recipe
+        from primus_ext.emit.plots import plot_trials
+        files["trials_plot"] = plot_trials(result.trials, out / "trials.png",
+                                           winner=result.best, baseline=result.baseline)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("trials.png not written: %s: %s", type(exc).__name__, exc)
     journal = out / "trials.jsonl"
     if journal.is_file():
         files["trials"] = journal

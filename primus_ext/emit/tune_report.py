@@ -22,6 +22,10 @@ def _f(v, nd=3) -> str:
     return str(v)
 
 
+def _gib(metrics: dict) -> str:
+    return f"{metrics['peak_memory_bytes'] / _GIB:.1f}"
+
+
 def _table(header: list[str], rows: list[list]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(_f(c) if not isinstance(c, str) else c for c in r) + " |"
@@ -82,10 +86,10 @@ def render_report(result, overrides: list[str]) -> str:
         cm = cmp_trial.metrics
         rows = [["step time (s)", cm["step_time_s"], bm["step_time_s"]],
                 ["tokens/s/GPU", cm["tokens_per_s_per_gpu"], bm["tokens_per_s_per_gpu"]],
-                ["model TFLOP/s/GPU", cm["tflops_per_gpu"], bm["tflops_per_gpu"]],
+                ["model TFLOP/s/GPU", f"{cm['tflops_per_gpu']:.0f}",
+                 f"{bm['tflops_per_gpu']:.0f}"],
                 ["MFU", f"{cm['mfu']:.1%}", f"{bm['mfu']:.1%}"],
-                ["peak memory (GiB)", cm["peak_memory_bytes"] / _GIB,
-                 bm["peak_memory_bytes"] / _GIB]]
+                ["peak memory (GiB)", _gib(cm), _gib(bm)]]
         rows += [[f"  {k[:-2].replace('_', ' ')} (s)", cm["breakdown"].get(k, 0.0),
                   bm["breakdown"].get(k, 0.0)] for k in _PARTS]
         L += _table(["", f"baseline: {describe(cmp_trial.point)}",
@@ -103,7 +107,7 @@ def render_report(result, overrides: list[str]) -> str:
     for i, t in enumerate(r.top(s.top_k), 1):
         m = t.metrics
         rows.append([str(i), describe(t.point), m["step_time_s"], m["tokens_per_s_per_gpu"],
-                     f"{m['mfu']:.1%}", m["peak_memory_bytes"] / _GIB]
+                     f"{m['mfu']:.1%}", _gib(m)]
                     + [m["breakdown"].get(k, 0.0) for k in _PARTS] + [t.source])
     L += _table(["#", "layout", "step s", "tok/s/GPU", "MFU", "mem GiB"]
                 + [k[:-2].replace("_", " ") for k in _PARTS] + ["found by"], rows)
@@ -131,10 +135,9 @@ def _reference(r) -> list[str]:
              ref.get("measured_tokens_per_s_per_gpu"),
              proj["tokens_per_s_per_gpu"] if proj else None,
              proj["step_time_s"] if proj else None,
-             f"{proj['mfu']:.1%}" if proj else "-",
-             proj["peak_memory_bytes"] / _GIB if proj else None],
+             f"{proj['mfu']:.1%}" if proj else "-", _gib(proj) if proj else "-"],
             ["winner " + describe(r.best.point), None, bm["tokens_per_s_per_gpu"],
-             bm["step_time_s"], f"{bm['mfu']:.1%}", bm["peak_memory_bytes"] / _GIB]]
+             bm["step_time_s"], f"{bm['mfu']:.1%}", _gib(bm)]]
     L += _table(["layout", "measured tok/s/GPU", "projected tok/s/GPU", "step s", "MFU",
                  "mem GiB"], rows)
     if ref.get("gain") is not None:

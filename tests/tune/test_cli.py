@@ -1,0 +1,63 @@
+"""mode=tune through the primus-ext app: stdout is one JSON object with output=json (the
+progress goes to stderr), the recipe directory is printed and complete, and
+``primus-ext mode=project $(cat overrides.txt)`` projects the winner's figures."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = ["model=llama3.1_70b", "cluster.num_nodes=8", "train.global_batch_size=128",
+       "train.seq_length=8192", "tune.space.tp=[4,8]", "tune.space.pp=[2,4]",
+       "tune.space.cp=[1]", "tune.space.micro_batch_size=[1]"]
+
+
+def _app(args, home: Path, cwd: Path):
+    env = {**os.environ, "PRIMUS_EXT_HOME": str(home), "COLUMNS": "200",
+           "MPLBACKEND": "Agg", "PYTHONPATH": str(ROOT)}
+    env.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run([sys.executable, "-m", "primus_ext.cli", *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_mode_tune_json_then_project_the_overrides(tmp_path):
+    out = tmp_path / "recipe"
+    run = _app(["mode=tune", *JOB, "output=json", f"tune.out_dir={out}"], tmp_path / "home",
+               tmp_path)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)  # the whole of stdout is one object
+    assert "search space" in run.stderr
+    assert result["out_dir"] == str(out)
+    for name in ("overrides.txt", "recipe.yaml", "megatron_args.sh", "report.md",
+                 "trials.jsonl", "timeline.json"):
+        assert (out / name).is_file(), name
+    overrides = (out / "overrides.txt").read_text().split()
+    proj = _app(["mode=project", *overrides, "output=json"], tmp_path / "home", tmp_path)
+    assert proj.returncode == 0, proj.stderr
+    est = json.loads(proj.stdout)
+    best = result["best"]["estimate"]
+    assert est["step_time_s"] == best["step_time_s"]
+    assert est["tokens_per_s_per_gpu"] == best["tokens_per_s_per_gpu"]
+    assert est["breakdown"] == best["breakdown"]
+
+
+def test_default_out_dir_is_in_the_run_directory(tmp_path):
+    run = _app(["mode=tune", *JOB, "tune.budget.candidates=20"], tmp_path / "home", tmp_path)
+    assert run.returncode == 0, run.stderr
+    line = [x for x in run.stdout.splitlines() if x.startswith("recipe: ")][-1]
+    recipe = Path(line.split(": ", 1)[1])
+    assert recipe.name == "recipe" and (tmp_path / "home" / "runs") in recipe.parents
+    assert (recipe / "overrides.txt").is_file()
+
+
+def test_bad_axis_is_one_clear_error(tmp_path):
+    run = _app(["mode=tune", *JOB, "+tune.space.tpp=[1]"], tmp_path / "home", tmp_path)
+    assert run.returncode == 2
+    assert "tune.space.tpp is not a search axis" in run.stderr
+    assert "Traceback" not in run.stderr
+    run = _app(["mode=tune", *JOB, "tune.space.tp=[3]"], tmp_path / "home", tmp_path)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert "no legal layout" in run.stderr
