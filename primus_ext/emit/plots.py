@@ -3,56 +3,20 @@
 - ``plot_timeline(estimate, path)``: the simulated pipeline timeline of one step.
 - ``plot_memory(spec, report, path)``: per-stage memory by category against the device.
 - ``plot_trials(trials, path, winner=, baseline=)``: the tuner's candidates, tokens/s/GPU
-  against peak memory.
+  against peak memory (in ``trials_plot``, re-exported here).
 
 matplotlib is imported inside each function: importing this module costs nothing.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Any, Iterable, Sequence
 
-GIB = 2**30
+from primus_ext.emit.plot_style import COLOURS, GIB
+from primus_ext.emit.plot_style import pyplot as _pyplot
+from primus_ext.emit.plot_style import save_png as _save
+from primus_ext.emit.trials_plot import plot_trials, trial_point
 
-# One colour per kind of time or memory, shared by all pictures (colour-blind-safe set).
-COLOURS = {
-    "forward": "#4C72B0",
-    "backward": "#DD8452",
-    "weight": "#55A868",
-    "recompute": "#8172B3",
-    "communication": "#C44E52",
-    "optimizer": "#CCB974",
-    "bubble": "#E8E8E8",
-    "weights": "#4C72B0",
-    "grads": "#DD8452",
-    "optimizer state": "#55A868",
-    "activations": "#8172B3",
-    "other": "#937860",
-    "device": "#C44E52",
-}
 _KIND_COLOUR = {"F": "forward", "B": "backward", "W": "weight"}
-
-
-def _pyplot():
-    import matplotlib
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-    return plt
-
-
-def _save(fig, path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight", format="png")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-        _pyplot().close(fig)
-    return path
 
 
 # ---- timeline --------------------------------------------------------------------------
@@ -112,7 +76,6 @@ def plot_timeline(estimate, path) -> Path:
         k: [[] for _ in range(p)] for k in ("forward", "backward", "weight", "recompute",
                                             "communication", "optimizer")}
     labels = []
-    label_min_ms = 0.025 * step_ms  # a label fits in a bar wider than 2.5% of the step
     for e in tl.events:
         start, dur = e.start_s * ms, (e.end_s - e.start_s) * ms
         if dur <= 0:
@@ -125,9 +88,8 @@ def plot_timeline(estimate, path) -> Path:
         bars[kind][e.stage].append((start + rec, dur - rec - com))
         if com > 0:
             bars["communication"][e.stage].append((start + dur - com, com))
-        if dur >= label_min_ms:
-            labels.append((start + dur / 2, e.stage, str(e.microbatch)
-                           if tl.num_chunks == 1 else f"{e.microbatch}.{e.chunk}"))
+        labels.append((start, dur, e.stage, str(e.microbatch) if tl.num_chunks == 1
+                       else f"{e.microbatch}.{e.chunk}"))
     for s, (sync_s, opt_s) in enumerate(_tails(estimate, tl.step_s)):
         t = tl.step_s * ms
         if sync_s > 0:
@@ -135,34 +97,42 @@ def plot_timeline(estimate, path) -> Path:
         if opt_s > 0:
             bars["optimizer"][s].append((t + sync_s * ms, opt_s * ms))
 
-    height = 0.7
-    # White edges separate ops while an op is several pixels wide (about 1300 px span
-    # the step); below that they would paint the row white.
-    widest = max((d for rows in bars.values() for row in rows for _, d in row), default=0)
-    edge = 0.3 if widest / step_ms * 1300 > 8 * 4 else 0.0
-    fig, ax = plt.subplots(figsize=(12, 2.4 + 0.45 * p), layout="constrained")
-    for s in range(p):
-        y = s - height / 2
-        ax.broken_barh([(0, step_ms)], (y, height), facecolors=COLOURS["bubble"])
-        for kind, rows in bars.items():
-            if rows[s]:
-                ax.broken_barh(rows[s], (y, height), facecolors=COLOURS[kind],
-                               edgecolors="white", linewidth=edge)
-    for x, s, text in labels:
-        ax.text(x, s, text, ha="center", va="center", fontsize=7, color="white")
-
-    ax.set_ylim(p - 0.5, -0.5)  # stage 0 on top
-    ax.set_yticks(range(p))
-    ax.set_yticklabels([f"stage {s}" for s in range(p)])
-    ax.set_xlim(0, step_ms * 1.01)
-    ax.set_xlabel("time in step (ms)")
+    # A long step (many microbatches) shows its start and its end, where the pipeline
+    # fills and drains; the steady state between them is left out.
+    period_ms = tl.ideal_s / m * ms  # one microbatch on the busiest stage
+    edge_ms = (p + 3) * period_ms
+    windows = [(0.0, step_ms)]
+    if 6 * edge_ms < step_ms:
+        windows = [(0.0, edge_ms), (tl.step_s * ms - edge_ms, step_ms)]
+    shown_ms = sum(b - a for a, b in windows)
+    fig, axes = plt.subplots(1, len(windows), figsize=(12, 2.4 + 0.45 * p), sharey=True,
+                             layout="constrained", squeeze=False,
+                             gridspec_kw={"width_ratios": [b - a for a, b in windows]})
+    axes = axes[0]
+    for ax, (lo, hi) in zip(axes, windows):
+        px_per_ms = 1300 / shown_ms
+        _draw_rows(ax, bars, p, step_ms, lo, hi, edge=period_ms / 2 * px_per_ms > 6)
+        for start, dur, s, text in labels:
+            if lo <= start + dur / 2 <= hi and dur * px_per_ms >= 14:
+                ax.text(start + dur / 2, s, text, ha="center", va="center", fontsize=7,
+                        color="white", clip_on=True)
+    axes[0].set_ylim(p - 0.5, -0.5)  # stage 0 on top
+    axes[0].set_yticks(range(p))
+    axes[0].set_yticklabels([f"stage {s}" for s in range(p)])
+    if len(windows) > 1:
+        _break_marks(axes[0], axes[1])
+    if len(windows) > 1:
+        axes[0].set_xlabel("start of the step (ms)")
+        axes[1].set_xlabel("end of the step (ms)")
+    else:
+        axes[0].set_xlabel("time in step (ms)")
     bubble = estimate.breakdown.get("pp_bubble_s", 0.0) / estimate.step_time_s
     chunks = f", {tl.num_chunks} chunks per stage" if tl.num_chunks > 1 else ""
-    ax.set_title(f"simulated step: {tl.schedule} schedule, {p} stages x {m} microbatches"
+    elided = (f"; steady state {windows[0][1]:,.0f}-{windows[1][0]:,.0f} ms not shown"
+              if len(windows) > 1 else "")
+    fig.suptitle(f"simulated step: {tl.schedule} schedule, {p} stages x {m} microbatches"
                  f"{chunks}\nstep {step_ms:,.1f} ms, pipeline bubble on the critical stage "
-                 f"(stage {estimate.critical_stage}) {bubble:.1%}", fontsize=10)
-    ax.grid(axis="x", color="#BBBBBB", linewidth=0.5, alpha=0.6)
-    ax.set_axisbelow(True)
+                 f"(stage {estimate.critical_stage}) {bubble:.1%}{elided}", fontsize=10)
     present = [k for k, rows in bars.items() if any(rows)] + ["bubble"]
     names = {"communication": "exposed comm (TP/CP/EP in ops; DP sync at end)",
              "weight": "weight grad", "bubble": "idle (bubble)"}
@@ -174,6 +144,33 @@ def plot_timeline(estimate, path) -> Path:
                         frameon=False, title=note, title_fontsize=7)
     legend.get_title().set_color("#555555")
     return _save(fig, path)
+
+
+def _draw_rows(ax, bars, p: int, step_ms: float, lo: float, hi: float, edge: bool) -> None:
+    height = 0.7
+    for s in range(p):
+        y = s - height / 2
+        ax.broken_barh([(0, step_ms)], (y, height), facecolors=COLOURS["bubble"])
+        for kind, rows in bars.items():
+            # White edges separate ops a few pixels wide; on narrower ones they would
+            # paint the row white.
+            if rows[s]:
+                ax.broken_barh(rows[s], (y, height), facecolors=COLOURS[kind],
+                               edgecolors="white", linewidth=0.3 if edge else 0.0)
+    ax.set_xlim(lo, hi + (hi - lo) * 0.01)
+    ax.grid(axis="x", color="#BBBBBB", linewidth=0.5, alpha=0.6)
+    ax.set_axisbelow(True)
+
+
+def _break_marks(left, right) -> None:
+    """The usual // marks of a broken x axis between two panels."""
+    left.spines["right"].set_visible(False)
+    right.spines["left"].set_visible(False)
+    right.tick_params(axis="y", left=False)
+    kw = {"marker": [(-1, -1.5), (1, 1.5)], "markersize": 10, "linestyle": "none",
+          "color": "k", "mec": "k", "mew": 1, "clip_on": False}
+    left.plot([1, 1], [0, 1], transform=left.transAxes, **kw)
+    right.plot([0, 0], [0, 1], transform=right.transAxes, **kw)
 
 
 # ---- memory ----------------------------------------------------------------------------
@@ -202,10 +199,17 @@ def plot_memory(spec, report, path) -> Path:
         bottom = [b + v for b, v in zip(bottom, vals)]
     totals = [s.total_bytes / GIB for s in stages]
     for i, t in enumerate(totals):
-        ax.text(i, t, f"{t:.1f}", ha="center", va="bottom", fontsize=8)
+        ax.text(i, t, f"{t:.1f}", ha="center", va="bottom", fontsize=8, zorder=4,
+                bbox={"boxstyle": "square,pad=0.15", "fc": "white", "ec": "none",
+                      "alpha": 0.85})
     cap = report.device_bytes / GIB
     ax.axhline(cap, color=COLOURS["device"], linestyle="--", linewidth=1.5,
                label=f"device capacity ({cap:.0f} GiB)")
+    margin = getattr(report, "margin_fraction", 0.0) or 0.0
+    if margin > 0:  # the report's fits verdict keeps this share of the device free
+        ax.axhline(cap / (1 + margin), color=COLOURS["device"], linestyle=":",
+                   linewidth=1.2, label=f"usable with {margin:.0%} margin "
+                                        f"({cap / (1 + margin):.1f} GiB)")
     ax.set_ylim(0, max(max(totals), cap) * 1.18)
     ax.set_xticks(x)
     names = [getattr(s, "stage", i) for i, s in enumerate(stages)]
@@ -214,7 +218,8 @@ def plot_memory(spec, report, path) -> Path:
         ax.set_xlabel("pipeline stage")
     ax.set_ylabel("memory per GPU (GiB)")
     peak = max(totals)
-    verdict = "fits" if peak <= cap else "DOES NOT FIT"
+    fits = getattr(report, "fits", None)
+    verdict = "fits" if (peak <= cap if fits is None else fits) else "DOES NOT FIT"
     ax.set_title(f"{spec.model.name}: memory per GPU by pipeline stage\n{_layout(spec)} | "
                  f"peak {peak:.1f} of {cap:.0f} GiB: {verdict}", fontsize=10)
     ax.grid(axis="y", color="#BBBBBB", linewidth=0.5, alpha=0.6)
@@ -225,121 +230,10 @@ def plot_memory(spec, report, path) -> Path:
 
 def _layout(spec) -> str:
     p, t = spec.parallel, spec.train
+    recompute = f", recompute {t.recompute_granularity}" if t.recompute_granularity else ""
     return (f"{spec.world_size} x {spec.cluster.hardware.name}, TP{p.tp} PP{p.pp} VPP{p.vpp} "
             f"CP{p.cp} EP{p.ep} DP{spec.dp}, MBS {t.micro_batch_size} "
-            f"seq {t.seq_length} {t.precision}")
+            f"seq {t.seq_length} {t.precision}{recompute}")
 
 
-# ---- tuner trials ----------------------------------------------------------------------
-
-def _field(obj: Any, *names: str, default=None):
-    for name in names:
-        if isinstance(obj, dict):
-            if obj.get(name) is not None:
-                return obj[name]
-        elif getattr(obj, name, None) is not None:
-            return getattr(obj, name)
-    return default
-
-
-def trial_point(trial) -> dict | None:
-    """What the trials plot needs from one trial: the tuner's Trial (figures in
-    ``metrics``), a journal record (figures in ``estimate``), an ``Estimate.to_dict()``,
-    or an object with the same names. None for a trial without a throughput (illegal,
-    skipped)."""
-    est = _field(trial, "estimate", "metrics", default=trial)
-    tps = _field(est, "tokens_per_s_per_gpu")
-    mem = _field(est, "peak_memory_bytes")
-    mem_gib = mem / GIB if mem is not None else _field(est, "peak_memory_gib")
-    if tps is None or mem_gib is None:
-        return None
-    device = _field(est, "device_bytes")
-    verdict = _field(trial, "verdict")
-    fits = _field(est, "fits", default=_field(trial, "fits"))
-    if fits is None:
-        fits = (verdict != "oom") if verdict is not None else (
-            device is None or mem <= device)
-    return {"tps": float(tps), "mem_gib": float(mem_gib), "fits": bool(fits),
-            "label": _label(trial), "device_gib": device / GIB if device else None}
-
-
-def _label(trial) -> str:
-    label = _field(trial, "label", "name", "overrides")
-    if label is None:
-        cand = _field(trial, "candidate")
-        if isinstance(cand, dict):
-            try:  # the tuner's own one-line form of a candidate
-                from primus_ext.tune.space import AXES, describe
-                return describe(tuple(cand.get(a) for a in AXES))
-            except (ImportError, KeyError, TypeError, AttributeError):
-                label = [f"{k}={v}" for k, v in cand.items() if v is not None]
-    if isinstance(label, (list, tuple)):
-        label = " ".join(str(x) for x in label)
-    return "" if label is None else str(label)
-
-
-def plot_trials(trials: Iterable, path, *, winner=None, baseline=None,
-                device_gib: float | None = None, title: str | None = None) -> Path:
-    """Every scored candidate as tokens/s/GPU against peak memory per GPU; candidates
-    that do not fit are hollow; the winner (star) and the baseline (diamond) are marked
-    and labelled. ``device_gib`` draws the device's capacity."""
-    plt = _pyplot()
-    points = [pt for pt in (trial_point(t) for t in trials) if pt is not None]
-    if device_gib is None:  # the tuner's records carry the device's HBM
-        device_gib = next((p["device_gib"] for p in points if p["device_gib"]), None)
-    fig, ax = plt.subplots(figsize=(8, 6), layout="constrained")
-    fit = [pt for pt in points if pt["fits"]]
-    oom = [pt for pt in points if not pt["fits"]]
-    if fit:
-        ax.scatter([p["mem_gib"] for p in fit], [p["tps"] for p in fit], s=22,
-                   color=COLOURS["forward"], alpha=0.7, label=f"fits ({len(fit)})")
-    if oom:
-        ax.scatter([p["mem_gib"] for p in oom], [p["tps"] for p in oom], s=22,
-                   facecolors="none", edgecolors="#888888",
-                   label=f"does not fit ({len(oom)})")
-    if device_gib:
-        ax.axvline(device_gib, color=COLOURS["device"], linestyle="--", linewidth=1.2,
-                   label=f"device capacity ({device_gib:.0f} GiB)")
-    top = max((p["tps"] for p in points), default=1.0)
-    for trial, marker, colour, name in ((baseline, "D", "#333333", "baseline"),
-                                        (winner, "*", "#E1A100", "winner")):
-        pt = trial_point(trial) if trial is not None else None
-        if pt is None:
-            continue
-        top = max(top, pt["tps"])
-        # The point gets a short tag; what it is (its overrides) goes in the legend below
-        # the axes, where a long label cannot cover other points.
-        detail = f"\n{_short(pt['label'])}" if pt["label"] else ""
-        ax.scatter([pt["mem_gib"]], [pt["tps"]], marker=marker, s=220 if marker == "*"
-                   else 90, color=colour, edgecolors="black", linewidths=0.8, zorder=5,
-                   label=f"{name}: {pt['tps']:,.0f} tok/s/GPU, {pt['mem_gib']:.1f} GiB"
-                         f"{detail}")
-        ax.annotate(name, (pt["mem_gib"], pt["tps"]), xytext=(8, 8),
-                    textcoords="offset points", fontsize=8, fontweight="bold",
-                    color=colour, zorder=6)
-    ax.set_xlabel("peak memory per GPU (GiB)")
-    ax.set_ylabel("tokens/s/GPU")
-    ax.set_title(title or f"tuner candidates ({len(points)} scored)", fontsize=10)
-    ax.grid(color="#BBBBBB", linewidth=0.5, alpha=0.6)
-    ax.set_axisbelow(True)
-    ax.set_xlim(left=0)
-    ax.set_ylim(0, top * 1.12)
-    if points or winner is not None or baseline is not None:
-        fig.legend(loc="outside lower center", ncol=2, fontsize=8, frameon=False)
-    return _save(fig, path)
-
-
-def _short(label: str, width: int = 48) -> str:
-    """Wrap a long label of space-separated overrides onto lines of about ``width``."""
-    lines, line = [], ""
-    for word in label.split():
-        if line and len(line) + 1 + len(word) > width:
-            lines.append(line)
-            line = word
-        else:
-            line = f"{line} {word}".strip()
-    lines.append(line)
-    return "\n".join(lines[:4])
-
-
-__all__: Sequence[str] = ("plot_timeline", "plot_memory", "plot_trials", "trial_point")
+__all__ = ("plot_timeline", "plot_memory", "plot_trials", "trial_point")

@@ -126,7 +126,8 @@ def print_summary(jobs: Sequence[JobResult], title: str, caption: str | None = N
         peak = row["peak_memory_gib"]
         cells = (row["rank"], row["job"], *[row.get(k) for k in keys],
                  row["verdict"] + (f": {_clip(row['error'])}" if row["error"] else ""),
-                 row["step_time_s"], row["tokens_per_s_per_gpu"],
+                 _num(row["step_time_s"], "{:.3f}"),
+                 _num(row["tokens_per_s_per_gpu"], "{:,.0f}"),
                  None if mfu is None else f"{mfu:.1%}",
                  None if peak is None else f"{peak:.1f}", *[row.get(k) for k in extra])
         body.append(tuple("-" if c is None else c for c in cells))
@@ -134,6 +135,10 @@ def print_summary(jobs: Sequence[JobResult], title: str, caption: str | None = N
         more = f"{len(rows) - max_rows} more rows in the CSV"
         caption = f"{caption}; {more}" if caption else more
     print_table(title, head, body, caption=caption)
+
+
+def _num(x: float | None, spec: str) -> str | None:
+    return None if x is None else spec.format(x)
 
 
 def _clip(text: str, width: int = 70) -> str:

@@ -98,3 +98,23 @@ def test_trial_point_reads_records_and_objects():
              verdict="oom", candidate={"tp": 1})
     assert trial_point(obj)["fits"] is False
     assert trial_point({"verdict": "illegal"}) is None
+
+
+def test_trials_png_from_tuner_journal_shapes(tmp_path):
+    """Journal records as the tuner writes them: projected ones carry figures in
+    ``estimate``; memory-rejected ones only a peak; a baseline that did not fit."""
+    recs = []
+    for i in range(30):
+        recs.append({"kind": "trial", "verdict": "ok", "source": "search",
+                     "candidate": {"tp": 2, "pp": 1 + i % 4},
+                     "estimate": {"tokens_per_s_per_gpu": 1000 + 50 * i,
+                                  "peak_memory_bytes": (30 + 2 * i) * GIB,
+                                  "device_bytes": 80 * GIB}})
+    for i in range(10):
+        recs.append({"kind": "trial", "verdict": "oom", "source": "search",
+                     "candidate": {"tp": 1, "pp": 1},
+                     "estimate": {"peak_memory_bytes": (85 + 40 * i) * GIB,
+                                  "device_bytes": 80 * GIB}})
+    assert trial_point(recs[-1])["tps"] is None
+    path = plot_trials(recs, tmp_path / "trials.png", winner=recs[29], baseline=recs[-1])
+    assert_picture(path)

@@ -1,0 +1,141 @@
+"""The tuner's candidates in one picture: tokens/s/GPU against peak memory per GPU.
+
+Projected candidates are points; candidates the memory model rejected before projection
+(no throughput, only a peak) are ticks along the bottom of the axes at their peak; the
+winner (star) and the baseline (diamond) are marked, with their layouts in the legend
+below the axes, where long labels cannot cover points.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+from primus_ext.emit.plot_style import COLOURS, GIB, pyplot, save_png
+
+
+def _field(obj: Any, *names: str, default=None):
+    for name in names:
+        if isinstance(obj, dict):
+            if obj.get(name) is not None:
+                return obj[name]
+        elif getattr(obj, name, None) is not None:
+            return getattr(obj, name)
+    return default
+
+
+def trial_point(trial) -> dict | None:
+    """What the plot needs from one trial: the tuner's Trial (figures in ``metrics``),
+    a journal record (figures in ``estimate``), an ``Estimate.to_dict()``, or an object
+    with the same names. ``tps`` is None for a candidate rejected before projection;
+    None for a trial with neither throughput nor memory (illegal, skipped)."""
+    est = _field(trial, "estimate", "metrics", default=trial)
+    tps = _field(est, "tokens_per_s_per_gpu")
+    mem = _field(est, "peak_memory_bytes")
+    mem_gib = mem / GIB if mem is not None else _field(est, "peak_memory_gib")
+    if mem_gib is None:
+        return None
+    device = _field(est, "device_bytes")
+    fits = _field(est, "fits", default=_field(trial, "fits"))
+    if fits is None:
+        verdict = _field(trial, "verdict")
+        fits = verdict != "oom" if verdict is not None else (
+            device is None or mem_gib * GIB <= device)
+    return {"tps": None if tps is None else float(tps), "mem_gib": float(mem_gib),
+            "fits": bool(fits), "label": _label(trial),
+            "device_gib": device / GIB if device else None}
+
+
+def _label(trial) -> str:
+    label = _field(trial, "label", "name", "overrides")
+    if label is None:
+        cand = _field(trial, "candidate")
+        if isinstance(cand, dict):
+            try:  # the tuner's own one-line form of a candidate
+                from primus_ext.tune.space import AXES, describe
+                return describe(tuple(cand.get(a) for a in AXES))
+            except (ImportError, KeyError, TypeError, AttributeError):
+                label = [f"{k}={v}" for k, v in cand.items() if v is not None]
+    if isinstance(label, (list, tuple)):
+        label = " ".join(str(x) for x in label)
+    return "" if label is None else str(label)
+
+
+def plot_trials(trials: Iterable, path, *, winner=None, baseline=None,
+                device_gib: float | None = None, title: str | None = None) -> Path:
+    """Write the picture of ``trials`` to ``path`` (PNG). ``device_gib`` draws the
+    device's capacity (default: the ``device_bytes`` the tuner's records carry)."""
+    plt = pyplot()
+    points = [pt for pt in (trial_point(t) for t in trials) if pt is not None]
+    scored = [p for p in points if p["tps"] is not None]
+    rejected = [p for p in points if p["tps"] is None]
+    if device_gib is None:
+        device_gib = next((p["device_gib"] for p in points if p["device_gib"]), None)
+    marked = [(trial_point(t) if t is not None else None, marker, colour, name)
+              for t, marker, colour, name in ((baseline, "D", "#333333", "baseline"),
+                                              (winner, "*", "#E1A100", "winner"))]
+    shown = [p for p in scored] + [m[0] for m in marked if m[0] and m[0]["tps"]]
+    # The x axis spans what was projected and the device; a rejected candidate further
+    # out is counted in the legend, not drawn (one 900 GiB layout would squash the rest).
+    xmax = 1.1 * max([p["mem_gib"] for p in shown] + [device_gib or 0.0] + [1.0])
+    top = max([p["tps"] for p in shown] + [1.0])
+
+    fig, ax = plt.subplots(figsize=(8, 6), layout="constrained")
+    fit = [p for p in scored if p["fits"]]
+    over = [p for p in scored if not p["fits"]]  # projected anyway (e.g. a sweep's rows)
+    if fit:
+        ax.scatter([p["mem_gib"] for p in fit], [p["tps"] for p in fit], s=22,
+                   color=COLOURS["forward"], alpha=0.7, label=f"projected, fits ({len(fit)})")
+    if over:
+        ax.scatter([p["mem_gib"] for p in over], [p["tps"] for p in over], s=22,
+                   facecolors="none", edgecolors="#888888",
+                   label=f"projected, does not fit ({len(over)})")
+    if rejected:
+        inside = [p["mem_gib"] for p in rejected if p["mem_gib"] <= xmax]
+        beyond = len(rejected) - len(inside)
+        more = f", {beyond} beyond {xmax:.0f} GiB" if beyond else ""
+        ax.scatter(inside, [0.0] * len(inside), marker="|", s=160, color="#888888",
+                   clip_on=False, zorder=3,
+                   label=f"rejected by memory, at their peak ({len(rejected)}{more})")
+    if device_gib:
+        ax.axvline(device_gib, color=COLOURS["device"], linestyle="--", linewidth=1.2,
+                   label=f"device capacity ({device_gib:.0f} GiB)")
+    for pt, marker, colour, name in marked:
+        if pt is None:
+            continue
+        detail = f"\n{_wrap(pt['label'])}" if pt["label"] else ""
+        if pt["tps"] is None:  # e.g. the user's own layout did not fit
+            label = f"{name}: does not fit ({pt['mem_gib']:.1f} GiB){detail}"
+            y = 0.0
+        else:
+            label = f"{name}: {pt['tps']:,.0f} tok/s/GPU, {pt['mem_gib']:.1f} GiB{detail}"
+            y = pt["tps"]
+        x = min(pt["mem_gib"], xmax)
+        ax.scatter([x], [y], marker=marker, s=220 if marker == "*" else 90, color=colour,
+                   edgecolors="black", linewidths=0.8, zorder=5, clip_on=False,
+                   label=label)
+        ax.annotate(name, (x, y), xytext=(8, 8), textcoords="offset points", fontsize=8,
+                    fontweight="bold", color=colour, zorder=6, annotation_clip=False)
+    ax.set_xlabel("peak memory per GPU (GiB)")
+    ax.set_ylabel("tokens/s/GPU")
+    ax.set_title(title or f"tuner candidates: {len(scored)} projected, {len(rejected)} "
+                          "rejected by memory", fontsize=10)
+    ax.grid(color="#BBBBBB", linewidth=0.5, alpha=0.6)
+    ax.set_axisbelow(True)
+    ax.set_xlim(0, xmax)
+    ax.set_ylim(0, top * 1.12)
+    if points or any(m[0] for m in marked):
+        fig.legend(loc="outside lower center", ncol=2, fontsize=8, frameon=False)
+    return save_png(fig, path)
+
+
+def _wrap(label: str, width: int = 48) -> str:
+    """Wrap a long label of space-separated words onto lines of about ``width``."""
+    lines, line = [], ""
+    for word in label.split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    lines.append(line)
+    return "\n".join(lines[:4])
