@@ -17,10 +17,10 @@ def apply_cpu_patches() -> list[str]:
         return []
     if _APPLIED:
         return list(_APPLIED)
-    from patches import (cpu_device, cpu_rng, cpu_streams, eager_fusions, mla_local, moe_cpu,
-                         sp_norm, tensor_type)
+    from patches import (checkpoint_no_te, cpu_device, cpu_rng, cpu_streams, eager_fusions,
+                         mla_local, moe_cpu, sp_norm, tensor_type)
     # eager_fusions first: megatron's fusion modules bind jit_fuser when imported.
     for mod in (eager_fusions, cpu_streams, cpu_rng, cpu_device, tensor_type, sp_norm,
-                moe_cpu, mla_local):
+                moe_cpu, mla_local, checkpoint_no_te):
         _APPLIED.extend(mod.apply())
     return list(_APPLIED)

@@ -94,6 +94,18 @@ CASES: list[Case] = [
     Case("moe tp2 sp", spec(MOE, tp=2, sequence_parallel=True), PA),
     Case("moe tp2 sp ep2 etp1", spec(MOE, tp=2, sequence_parallel=True, ep=2, etp=1), PA),
     Case("moe+shared dp2", spec(MOE_SHARED), PA),
+    Case("moe dp2 selective moe", spec(MOE, recompute_granularity="selective",
+                                       recompute_modules=("core_attn", "moe")),
+         ("activations",)),
+    Case("llama dp2 selective layernorm+mlp", spec(LLAMA, recompute_granularity="selective",
+                                                   recompute_modules=("layernorm", "mlp")),
+         ("activations",)),
+    # multi-token prediction (on the last stage, with its own embedding when pp > 1)
+    Case("llama+mtp dp2", spec(replace(LLAMA, mtp_num_layers=1)), PA),
+    Case("llama+mtp pp2", spec(replace(LLAMA, num_layers=4, mtp_num_layers=1), pp=2, gbs=4),
+         ("params", "buffers")),
+    # fp32 training: fp32 grads and optimizer without master copies, 4-byte activations
+    Case("gpt dp2 fp32", spec(GPT, precision="fp32"), PA + ("buffers",)),
     # multi-latent attention (local spec: column-parallel down projections)
     Case("mla tp2", spec(MLA, tp=2), PA),
     Case("mla tp2 sp", spec(MLA, tp=2, sequence_parallel=True), PA),

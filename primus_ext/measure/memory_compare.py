@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from primus_ext.measure.memory_runner import Case
 from primus_ext.memory.act_layer import Dims
 from primus_ext.memory.activations import chunk_activations, embedding_items, head_items, \
-    layer_items
+    layer_items, mtp_items
 from primus_ext.memory.inflight import inflight_1f1b, inflight_interleaved
 from primus_ext.memory.options import MemoryOptions
 from primus_ext.memory.rank_params import stage_params
@@ -117,15 +117,28 @@ def activation_rows(case: Case, ranks: list[dict]) -> list[Row]:
                 rows.append(Row(case.name, f"layer {layer}", rank, scale * sum(items.values()),
                                 meas.get(f"layer.{layer}", 0),
                                 scale * norm_cpu_delta(spec, items), "cpu norms"))
+        # MTP blocks reuse the embedding and output layer modules (their scopes) and
+        # keep the rest in the "mtp" scope.
+        mtp = mtp_items(m, par, train, opts)
+        k_mtp = m.mtp_num_layers
+        mtp_emb = k_mtp * sum(v for k, v in mtp.items() if k.startswith("mtp.embedding."))
+        mtp_head = k_mtp * sum(v for k, v in mtp.items()
+                               if k.startswith(("mtp.output_layer.", "mtp.loss.")))
+        mtp_block = k_mtp * sum(mtp.values()) - mtp_emb - mtp_head
+        mtp_delta = k_mtp * (norm_cpu_delta(spec, mtp) + norm_cpu_delta(
+            spec, _layer_dict(spec, m.num_layers - 1, opts)))
+        if m.mtp_num_layers:
+            rows.append(Row(case.name, "mtp blocks", rank, scale * mtp_block,
+                            meas.get("mtp", 0), scale * mtp_delta, "cpu norms"))
         emb = embedding_items(m, par, train)
-        rows.append(Row(case.name, "embedding", rank, scale * sum(emb.values()),
+        rows.append(Row(case.name, "embedding", rank, scale * (sum(emb.values()) + mtp_emb),
                         meas.get("embedding", 0)))
         head = head_items(m, par, train)
         if train.recompute_granularity != "full":
             # (full recompute saves its checkpoint inputs outside the layers, in the
             # same scope as the loss: only the microbatch total is comparable there)
             rows.append(Row(case.name, "final norm + output layer + loss", rank,
-                            scale * sum(head.values()),
+                            scale * (sum(head.values()) + mtp_head),
                             sum(meas.get(k, 0) for k in ("final_norm", "output_layer",
                                                         "outside")),
                             scale * norm_cpu_delta(spec, head), "cpu norms"))
@@ -139,7 +152,8 @@ def activation_rows(case: Case, ranks: list[dict]) -> list[Row]:
         delta = sum(norm_cpu_delta(spec, _layer_dict(spec, i, opts)) for i in whole)
         rows.append(Row(case.name, "microbatch total", rank,
                         scale * total.bytes_per_microbatch, sum(meas.values()),
-                        scale * (delta + norm_cpu_delta(spec, head)), "cpu norms"))
+                        scale * (delta + norm_cpu_delta(spec, head) + mtp_delta),
+                        "cpu norms"))
     return rows
 
 

@@ -154,7 +154,9 @@ def batch(spec: RunSpec, seed: int = 0) -> dict[str, torch.Tensor]:
     tokens = torch.randint(0, spec.model.vocab_size, (b, s), generator=g)
     labels = torch.randint(0, spec.model.vocab_size, (b, s), generator=g)
     pos = torch.arange(s).unsqueeze(0).expand(b, s).contiguous()
-    return {"input_ids": tokens, "position_ids": pos, "labels": labels}
+    # Megatron-LM's get_batch gives a float loss mask (used by the MTP loss).
+    mask = torch.ones(b, s, dtype=torch.float32)
+    return {"input_ids": tokens, "position_ids": pos, "labels": labels, "loss_mask": mask}
 
 
 # ---- what was allocated -----------------------------------------------------------
@@ -218,7 +220,8 @@ def measure_activations(spec: RunSpec, model, data: dict[str, torch.Tensor],
                                  record_sites=record_sites)
     model.train()
     with counter.counting():
-        out = model(data["input_ids"], data["position_ids"], None, labels=data["labels"])
+        out = model(data["input_ids"], data["position_ids"], None, labels=data["labels"],
+                    loss_mask=data["loss_mask"])
     by_scope = counter.bytes_by_scope()
     details = counter.details()
     out.float().sum().backward()
@@ -266,7 +269,8 @@ def build_optimizer(spec: RunSpec, chunks: list):
 
 def _forward_step(data_iterator, model):
     data = next(data_iterator)
-    out = model(data["input_ids"], data["position_ids"], None, labels=data["labels"])
+    out = model(data["input_ids"], data["position_ids"], None, labels=data["labels"],
+                loss_mask=data["loss_mask"])
 
     def loss_func(output):
         loss = output.float().mean()

@@ -136,6 +136,11 @@ def mtp_items(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
     moe = model.is_moe_layer(model.num_layers - 1)
     it["mtp.layer"] = layer_bytes(model, par, train, moe, options)
     it |= {f"mtp.{k}": v for k, v in head_items(model, par, train).items()}
+    # GPTModel's MTP loss: loss_mask * loss keeps the (rolled, fp32) loss mask; the
+    # MTPLossAutoScaler keeps the scaled per-token loss and the token count.
+    it["mtp.loss.loss_mask"] = d.n * 4
+    it["mtp.loss.scaled"] = d.n * 4
+    it["mtp.loss.num_tokens"] = 4
     return it
 
 

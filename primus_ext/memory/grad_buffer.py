@@ -57,8 +57,32 @@ class BufferLayout:
         return total
 
     def max_shard_real_elements(self, dp: int) -> int:
-        """The largest optimizer shard over the DP ranks (the peak rank)."""
-        return max(self.shard_real_elements(dp, r) for r in range(dp))
+        """The largest optimizer shard over the DP ranks (the peak rank): the shard size
+        minus the fewest padding elements any rank's shards hold. Walks the padding gaps
+        (one per parameter at most), not the ranks."""
+        pad = [0] * dp
+        total = 0
+        for b in self.buckets:
+            size = (b.end - b.start) // dp
+            if size == 0:
+                continue
+            total += size
+            prev = b.start
+            for ps, pe in zip(b.param_starts, b.param_ends):
+                if ps > prev:
+                    _add_gap(pad, b.start, size, prev, ps)
+                prev = max(prev, pe)
+            if b.end > prev:
+                _add_gap(pad, b.start, size, prev, b.end)
+        return total - min(pad)
+
+
+def _add_gap(pad: list[int], start: int, size: int, lo: int, hi: int) -> None:
+    while lo < hi:
+        r = (lo - start) // size
+        seg = min(hi, start + (r + 1) * size)
+        pad[r] += seg - lo
+        lo = seg
 
 
 def _covered(b: Bucket, x: int) -> int:

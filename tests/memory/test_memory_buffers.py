@@ -48,7 +48,8 @@ def test_shards_cover_every_real_element_once(sizes, dp, bucket):
     lay = buffer_layout(_tensors(sizes), dp=dp, distopt=True, bucket_size=bucket)
     assert sum(lay.shard_real_elements(dp, r) for r in range(dp)) == sum(sizes)
     assert lay.numel % dp == 0 and lay.numel >= sum(sizes)
-    assert lay.max_shard_real_elements(dp) <= lay.numel // dp
+    assert lay.max_shard_real_elements(dp) == max(lay.shard_real_elements(dp, r)
+                                                  for r in range(dp))
 
 
 def test_bytes_per_param_match_megatron_formula_up_to_padding():
