@@ -1,7 +1,7 @@
 """Our per-GPU memory next to Megatron-LM's theoretical formula, for large presets.
 
-Megatron-LM's ``megatron/training/theoretical_memory_usage.py`` (printed at startup with
-``--log-memory-to-tensorboard``/``report_theoretical_memory``) estimates the most loaded
+Megatron-LM's ``megatron/training/theoretical_memory_usage.py``
+(``report_theoretical_memory``, printed by the training loop) estimates the most loaded
 rank as weights + optimizer (``compute_weight_and_optimizer_memory``) plus activations
 (``compute_activation_memory`` with SP and selective recompute, else
 ``compute_activation_memory_without_sp``). The formula is re-derived below from its
