@@ -40,9 +40,6 @@ class MemoryOptions:
     # (mcore 0.16 local path) also keeps the gate activation and a copy of the linear
     # half: 5 instead of 3 ffn-sized tensors.
     bias_activation_fusion: bool = True
-    # Torch Adam keeps a "step" tensor per parameter tensor; TE/Apex FusedAdam (what a GPU
-    # run uses) keeps one int per group. Counted only when True.
-    count_adam_step_tensors: bool = False
 
     # ---- non-model memory on a GPU ---------------------------------------------------
     # CUDA context, kernels/modules loaded, cuBLAS/cuDNN handles (H100, CUDA 12: about

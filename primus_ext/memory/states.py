@@ -21,7 +21,7 @@ from functools import lru_cache
 from primus_ext.memory.grad_buffer import chunk_buffers
 from primus_ext.memory.options import MemoryOptions
 from primus_ext.memory.params import layer_groups
-from primus_ext.memory.rank_params import chunk_param_tensors, stage_params
+from primus_ext.memory.rank_params import stage_params
 from primus_ext.spec.model import ModelSpec
 from primus_ext.spec.parallel import ParallelSpec
 from primus_ext.spec.train import TrainSpec
@@ -121,8 +121,3 @@ def stage_states(model: ModelSpec, par: ParallelSpec, train: TrainSpec, stage: i
                        param_bytes=param_bytes, grad_bytes=buf_numel * gbytes,
                        optimizer_bytes=opt_elems * obytes, optimizer_elements=opt_elems)
 
-
-def num_param_tensors(model: ModelSpec, par: ParallelSpec, stage: int,
-                      local_spec: bool = False) -> int:
-    return sum(len(chunk_param_tensors(model, par, stage, c, local_spec))
-               for c in range(par.vpp))
