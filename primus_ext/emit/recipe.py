@@ -34,16 +34,20 @@ def _projection_overrides(result, user_overrides: Sequence[str] | None) -> list[
             s.calibration is None or isinstance(s.calibration, str)):
         ovs.append(f"calibration={'null' if s.calibration is None else s.calibration}")
     if s.backend == "hybrid" and s.profile:
-        ovs += [o for o in (f"backend=profile", f"profile={s.profile}")
+        ovs += [o for o in ("backend=profile", f"profile={s.profile}")
                 if _key_of(o) not in keys]
     return ovs
 
 
 def _timeline(result, project_fn: Callable | None) -> dict | None:
-    spec = result.best_spec
-    if project_fn is None:
+    spec, s = result.best_spec, result.settings
+    if project_fn is None and s.backend == "hybrid":
+        from primus_ext.project.from_profile import project_from_profile
+        est = project_from_profile(s.profile, spec, calibration=s.calibration,
+                                   record_timeline=True)
+    elif project_fn is None:
         from primus_ext.project.estimate import project
-        est = project(spec, calibration=result.settings.calibration, record_timeline=True)
+        est = project(spec, calibration=s.calibration, record_timeline=True)
     else:
         est = project_fn(spec)
     timeline = getattr(est, "timeline", None)

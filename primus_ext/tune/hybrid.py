@@ -1,10 +1,12 @@
-"""Hybrid re-ranking (``tune.backend=hybrid``): the extension point.
+"""Hybrid re-ranking (``tune.backend=hybrid``): measured-profile estimates for the best.
 
-The analytic projector ranks the whole space; a measured profile (a real megatron-core
-run of a downscaled model, ``profile=FILE``) then re-scores the top ``hybrid_top_k``
-candidates through ``primus_ext.project.from_profile.estimate_from_profile``, and the
-final order follows the measured-profile estimates. Where that module is not available
-the tuner says so and stops before searching, rather than silently using simulate.
+The analytic projector ranks the whole space (milliseconds a candidate); a measured
+profile (a real megatron-core run of a downscaled model, ``profile=FILE`` as written by
+``mode=measure``) then re-scores the top ``tune.hybrid_top_k`` candidates through
+``primus_ext.project.from_profile.project_from_profile``, and the final order follows
+those estimates. The baseline and the reference layout are re-scored the same way, so
+the report compares like with like; overrides.txt then carries ``backend=profile
+profile=FILE`` so ``mode=project`` reproduces the hybrid figures.
 """
 from __future__ import annotations
 
@@ -13,28 +15,48 @@ from primus_ext.tune.evaluate import (Trial, compact_estimate, cost_per_mtok, gp
 
 
 def check_available(settings) -> None:
+    """Fail before searching when hybrid cannot run (no module, no profile file)."""
     if settings.backend != "hybrid":
         return
     try:
         from primus_ext.project import from_profile  # noqa: F401
     except ImportError:
         raise ValueError("tune.backend=hybrid needs primus_ext.project.from_profile, which "
-                         "this version does not have yet; use tune.backend=simulate") from None
+                         "this version does not have; use tune.backend=simulate") from None
     if not settings.profile:
-        raise ValueError("tune.backend=hybrid needs profile=FILE (a saved Profile JSON)")
+        raise ValueError("tune.backend=hybrid needs profile=FILE (a Profile JSON written by "
+                         "mode=measure)")
 
 
-def rerank(ev, settings) -> list[Trial]:
+class ProfileScorer:
+    """Compact estimates of specs from one measured profile (loaded once)."""
+
+    def __init__(self, settings):
+        from primus_ext.measure.profile import Profile
+
+        self.settings = settings
+        self.profile = Profile.load(settings.profile)
+
+    def metrics(self, spec) -> dict:
+        from primus_ext.project.from_profile import project_from_profile
+
+        est = project_from_profile(self.profile, spec, calibration=self.settings.calibration)
+        mem = est.memory
+        m = compact_estimate(est, spec, mem.peak_bytes,
+                             getattr(mem, "device_bytes", None) or spec.cluster.hardware.hbm_bytes)
+        m["cost_per_mtok"] = cost_per_mtok(m, gpu_hour_cost(spec, self.settings))
+        return m
+
+    def rescore(self, trial: Trial, spec, source: str | None = None) -> Trial:
+        m = self.metrics(spec)
+        return Trial(point=trial.point, source=source or trial.source, verdict="ok",
+                     metrics=m, score=objective_score(m, self.settings.objective),
+                     hypothesis=trial.hypothesis, index=trial.index)
+
+
+def rerank(ev, settings, scorer: ProfileScorer | None = None) -> list[Trial]:
     """The top candidates re-scored from the measured profile, best first."""
-    from primus_ext.project.from_profile import estimate_from_profile
-
-    out = []
-    for t in ev.ok_trials()[:settings.hybrid_top_k]:
-        spec = ev.space.spec(t.point)
-        est = estimate_from_profile(settings.profile, spec, calibration=settings.calibration)
-        m = compact_estimate(est, spec, t.metrics["peak_memory_bytes"],
-                             t.metrics["device_bytes"])
-        m["cost_per_mtok"] = cost_per_mtok(m, gpu_hour_cost(spec, settings))
-        out.append(Trial(point=t.point, source="hybrid", verdict="ok", metrics=m,
-                         score=objective_score(m, settings.objective), index=t.index))
+    scorer = scorer or ProfileScorer(settings)
+    out = [scorer.rescore(t, ev.space.spec(t.point), source="hybrid")
+           for t in ev.ok_trials()[:settings.hybrid_top_k]]
     return sorted(out, key=lambda x: (-x.score, x.index))

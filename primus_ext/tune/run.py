@@ -202,9 +202,15 @@ def tune(spec_or_overrides: RunSpec | Sequence[str], settings: TuneSettings | di
     finally:
         if progress:
             progress.stop()
-    if settings.backend == "hybrid" and not interrupted:
-        from primus_ext.tune.hybrid import rerank
-        hybrid = rerank(ev, settings)
+    scorer = None
+    if settings.backend == "hybrid" and not interrupted and ev.best is not None:
+        from primus_ext.tune.hybrid import ProfileScorer, rerank
+        scorer = ProfileScorer(settings)
+        hybrid = rerank(ev, settings, scorer)
+        # The comparisons in the report use the same (measured-profile) figures.
+        user = scorer.rescore(user, space.spec(user.point)) if user.verdict == "ok" else user
+        start = scorer.rescore(start, space.spec(start.point)) \
+            if start.verdict == "ok" else start
 
     best = hybrid[0] if hybrid else ev.best
     stats = {**ev.stats(), "strategy": strategy,
@@ -216,7 +222,7 @@ def tune(spec_or_overrides: RunSpec | Sequence[str], settings: TuneSettings | di
                         trials=list(ev.trials), llm_rounds=llm_rounds, llm_note=llm_note,
                         hybrid=hybrid, interrupted=interrupted, out_dir=out_dir,
                         spec_of=space.spec)
-    result.reference = _reference_entry(reference, ref_trial, ev, result)
+    result.reference = _reference_entry(reference, ref_trial, ev, result, scorer)
     from primus_ext.tune.pareto import pareto_front
     result.pareto = pareto_front(ev.ok_trials(), space)
     if journal is not None:
@@ -242,27 +248,28 @@ def _run_llm(ev, settings, base, start, journal, client):
 
 
 def _reference_entry(ref: Reference | None, trial: Trial | None, ev: Evaluator,
-                     result: TuneResult) -> dict | None:
+                     result: TuneResult, scorer=None) -> dict | None:
     if ref is None:
         return None
     entry = {"run_id": ref.run_id, "source": ref.source, "same_job": ref.same_job,
              "measured_tokens_per_s_per_gpu": ref.measured_tokens_per_s_per_gpu,
-             "layout": describe(point_of(ref.spec)), "verdict": None, "projected": None,
-             "gain": None}
+             "layout": describe(point_of(ref.spec)), "verdict": None, "reason": None,
+             "projected": None, "gain": None}
     metrics = trial.metrics if trial is not None and trial.verdict == "ok" else None
     if trial is not None:
         entry["verdict"], entry["reason"] = trial.verdict, trial.reason
-    if metrics is None:
-        # Projected anyway (the memory model may reject it): the report still shows it.
-        try:
-            est = ev.project_fn(ref.spec)
+    try:
+        if scorer is not None:
+            metrics = scorer.metrics(ref.spec)
+        elif metrics is None:
+            # Projected anyway (the memory model may reject it): the report shows it.
             from primus_ext.tune.evaluate import compact_estimate
-            peak = est.memory.peak_bytes if getattr(est, "memory", None) else 0
-            device = getattr(est.memory, "device_bytes", None) or \
-                ref.spec.cluster.hardware.hbm_bytes
-            metrics = compact_estimate(est, ref.spec, peak, device)
-        except Exception as exc:  # noqa: BLE001
-            entry["reason"] = f"projection failed: {type(exc).__name__}: {exc}"
+            est = ev.project_fn(ref.spec)
+            mem = est.memory
+            device = getattr(mem, "device_bytes", None) or ref.spec.cluster.hardware.hbm_bytes
+            metrics = compact_estimate(est, ref.spec, mem.peak_bytes, device)
+    except Exception as exc:  # noqa: BLE001 - the report says why, the tune goes on
+        entry["reason"] = f"projection failed: {type(exc).__name__}: {exc}"
     entry["projected"] = metrics
     if metrics and result.best is not None and result.best.metrics:
         entry["gain"] = (result.best.metrics["tokens_per_s_per_gpu"]
