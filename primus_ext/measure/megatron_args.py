@@ -5,8 +5,9 @@ shape, parallel layout, batch, precision, recompute, optimizer) with Megatron-LM
 defaults where a flag is absent (LayerNorm, GeLU, learned absolute positions, biases,
 tied embeddings, dropout 0.1, no distributed optimizer, no overlap); the target cluster
 comes from ``--target-nodes`` / ``--target-gpus-per-node`` / ``--target-hardware``
-(else $NNODES and $GPUS_PER_NODE / $LOCAL_WORLD_SIZE, else one node of the preset, or as
-many as the model-parallel size needs). It reads back what
+(else $NNODES and $GPUS_PER_NODE, else the cluster torchrun launched: $WORLD_SIZE /
+$LOCAL_WORLD_SIZE, else one node of the preset, or as many as the model-parallel size
+needs). It reads back what
 ``primus_ext.emit.megatron_flags.megatron_argv`` writes (the NullTokenizer's
 ``--vocab-size`` is the vocabulary minus its EOD token). Every other flag (data paths,
 checkpointing, logging, learning rate, ...) is accepted and ignored; the caller prints
@@ -178,8 +179,11 @@ def _moe_pattern(freq: str | None, num_layers: int) -> tuple[int, int]:
 def _cluster(ns, mp: int) -> ClusterSpec:
     hw = hardware_preset(ns.target_hardware or os.environ.get("PRIMUS_TARGET_HARDWARE",
                                                               "h100"))
-    gpn = ns.target_gpus_per_node or _env_int("GPUS_PER_NODE") or None
-    nodes = ns.target_nodes or _env_int("NNODES")
+    # Without target flags the target is the launched cluster (torchrun's env).
+    local, world = _env_int("LOCAL_WORLD_SIZE"), _env_int("WORLD_SIZE")
+    gpn = ns.target_gpus_per_node or _env_int("GPUS_PER_NODE") or local or None
+    nodes = ns.target_nodes or _env_int("NNODES") or (
+        world // local if world and local and not ns.target_gpus_per_node else None)
     if nodes is None:
         nodes = max(1, math.ceil(mp / (gpn or hw.gpus_per_node)))
     return ClusterSpec(hardware=hw, num_nodes=nodes, gpus_per_node=gpn)

@@ -45,6 +45,8 @@ class MeasureOptions:
     contention: bool = True  # CPU: time again with the other cores busy
     target_overrides: tuple[str, ...] = ()  # as the user gave them (kept in the notes)
     local_hardware: str | None = None  # None: detect (cpu, or the GPU's preset)
+    # One capturing step, no timing (None: when the local hardware is not the target's).
+    capture_only: bool | None = None
 
 
 def local_hardware() -> str:
@@ -221,24 +223,27 @@ def _synced_records(built: Built, timer: LayerTimer, iters, m: int) -> list:
     return records
 
 
-def _pipeline_probe(target: RunSpec, spec: RunSpec, world: int) -> list[CollectiveSeen]:
+def _pipeline_probe(target: RunSpec, spec: RunSpec, world: int, warm: bool = True
+                    ) -> list[CollectiveSeen]:
     """When the target pipelines and two stages fit the launched processes: one step of
     a two-stage pipeline of the measured layers, to capture the p2p sends."""
     from primus_ext.measure.step import data_iterators
     from primus_ext.measure.tracer import get_tracer
     p = spec.parallel
     inner = p.tp * p.cp
-    if target.parallel.pp == 1 or world % (2 * inner) or spec.model.num_layers < 2:
+    if target.parallel.pp == 1 or world % (2 * inner):
         return []
     dp = world // (2 * inner)
     t = spec.train
     probe = apply_overrides(spec, ["parallel.pp=2", f"train.global_batch_size="
-                                   f"{t.micro_batch_size * dp * 2}"])
+                                   f"{t.micro_batch_size * dp * 2}",
+                                   f"model.num_layers={max(spec.model.num_layers, 2)}"])
     teardown()
-    built = build(probe)
+    built = build(probe, with_optimizer=warm)
     tracer = get_tracer()
     timer = LayerTimer(built.bare())  # not attached: only the scope function
-    _run_steps(built, timer, data_iterators(built), 2, 1, 0, trace=False)
+    if warm:
+        _run_steps(built, timer, data_iterators(built), 2, 1, 0, trace=False)
     _, records = _run_steps(built, timer, data_iterators(built), 2, 0, 1)
     teardown()
     sends = [(r.in_bytes, r.seconds) for r in records if r.collective == "p2p" and r.in_bytes]
@@ -365,14 +370,19 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
     patches = prepare_runtime()
     rank, world = init_distributed()
     hw = opts.local_hardware or local_hardware()
+    # On other hardware than the target's, times cannot stand in for the target's: one
+    # step captures ops, collectives and activations (no optimizer, fits or contention).
+    same = target.cluster.hardware.name == hw
+    capture = (not same) if opts.capture_only is None else opts.capture_only
+    if capture:
+        opts = dataclasses.replace(opts, warmup=0, repeats=1, num_microbatches=1,
+                                   layers_per_kind=1, contention=False, microbench=False)
     down = downscale_for(target, world, hw, opts)
     timing_spec = _no_recompute(down.spec)
-    built = build(timing_spec)
+    built = build(timing_spec, with_optimizer=not capture)
     use_te = built.use_te
     timer = LayerTimer(built.bare()).attach()
     fits = []
-    # Fits and the contention factor only serve a target on this hardware.
-    same = target.cluster.hardware.name == hw
     if opts.microbench and world > 1 and same:
         fits = run_microbenchmarks(built.groups, repeats=opts.microbench_repeats)
 
@@ -405,7 +415,7 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
         act = _mean_over_ranks(_activation_bytes(built, down.spec))
     del built
     teardown()
-    seen += _pipeline_probe(target, timing_spec, world)
+    seen += _pipeline_probe(target, timing_spec, world, warm=not capture)
 
     layers = {}
     for kind, d in merged.items():
@@ -419,7 +429,7 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
             per_rank_bwd_s=d["per_rank_bwd"])
     step = {k: _median([s[k] for s in steps]) for k in ("step_s", "zero_grad_s", "fwd_bwd_s",
                                                    "optimizer_s")}
-    step.update(num_microbatches=m, num_params_per_rank=int(num_params),
+    step.update(num_microbatches=m, num_params_per_rank=int(num_params), capture_only=capture,
                 num_expert_params_per_rank=int(num_expert),
                 loss=steps[-1]["loss"] if steps else None,
                 steps_s=[s["step_s"] for s in steps])
