@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Mapping
 
 from primus_ext.presets import hardware_preset, list_presets, model_preset
+from primus_ext.published_recipes import Recipe, RowFacts, recipe_for
 from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec
 
 DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "validation" / "published_runs.csv"
@@ -207,8 +208,9 @@ def parse_row(row: Mapping[str, str | None], line: int | None = None) -> Publish
     try:
         model, preset = _model(r, notes)
         cluster, hw_name = _cluster(r, notes)
-        parallel = _parallel(r, model, cluster.world_size, notes)
-        train = _train(r, parallel, cluster.world_size, measured, notes)
+        recipe = _recipe(r, model, preset, cluster.world_size)
+        parallel = _parallel(r, model, cluster.world_size, notes, recipe)
+        train = _train(r, parallel, cluster.world_size, measured, notes, recipe)
         spec = RunSpec(model=model, parallel=parallel, train=train, cluster=cluster)
     except RowError as exc:
         return PublishedRun(**base, spec=None, error=str(exc), measured=measured,
@@ -220,7 +222,7 @@ def parse_row(row: Mapping[str, str | None], line: int | None = None) -> Publish
     if spec.layout.how == "balanced":
         notes.append(f"{spec.layout.describe()} (chosen: layers do not divide pp*vpp and "
                      "the row gives no layout)")
-    if not r.text("recompute"):
+    if not r.text("recompute") and not recipe.sets_recompute:
         spec = _recompute_if_needed(spec, notes)
     return PublishedRun(**base, spec=spec, error=None, measured=measured,
                         model_preset=preset, hardware_preset=hw_name, notes=tuple(notes))
@@ -269,6 +271,19 @@ def _model(r: _Row, notes: list[str]) -> tuple[ModelSpec, str | None]:
         raise RowError(f"row {r.run_id}: {exc}") from None
 
 
+def _recipe(r: _Row, model: ModelSpec, preset: str | None, world: int) -> Recipe:
+    """The source's documented recipe facts for this row (published_recipes.py)."""
+    tp, pp, cp = r.int_("tp") or 1, r.int_("pp") or 1, r.int_("cp") or 1
+    facts = RowFacts(source=r.text("source"), model_preset=preset, gpu=r.text("gpu"),
+                     notes=r.text("notes"), num_layers=model.num_layers,
+                     is_moe=model.is_moe, tp=tp, pp=pp, cp=cp,
+                     dp=max(world // (tp * pp * cp), 1), vpp=r.int_("vp") or 1,
+                     vp_stated=bool(r.text("vp")), mbs_stated=bool(r.text("mbs")),
+                     gbs=r.int_("gbs"), seq=r.int_("seq_len") or 0,
+                     recompute_stated=bool(r.text("recompute")))
+    return recipe_for(facts)
+
+
 def _cluster(r: _Row, notes: list[str]) -> tuple[ClusterSpec, str]:
     gpu = r.text("gpu", required=True)
     hw_name = hardware_preset_name(gpu)
@@ -315,7 +330,8 @@ def _layout_from_notes(text: str) -> dict:
 _TP_OVERLAP_NOTE = re.compile(r"\bTP\b[\w/]*\s+comm(?:unication)?\s+overlap\s+on", re.I)
 
 
-def _parallel(r: _Row, model: ModelSpec, world: int, notes: list[str]) -> ParallelSpec:
+def _parallel(r: _Row, model: ModelSpec, world: int, notes: list[str],
+              recipe: Recipe) -> ParallelSpec:
     tp = r.int_("tp", required=True)
     pp = r.int_("pp", required=True)
     vp_text = r.text("vp")
@@ -380,6 +396,13 @@ def _parallel(r: _Row, model: ModelSpec, world: int, notes: list[str]) -> Parall
     if layout:
         kwargs.update(layout)
         notes.append(f"pipeline layout from the row's notes: {layout}")
+    # The row's own statements (vp column, layout in its notes) win over recipe rules.
+    skip = {"vpp"} if vp_text else set()
+    if layout:
+        skip |= {"pipeline_layout", "vpp"}
+    kwargs.update({k: v for k, v in recipe.parallel.items() if k not in skip})
+    notes += [n for n in recipe.notes if n.split("=")[0] in recipe.parallel
+              and n.split("=")[0] not in skip]
     try:
         return ParallelSpec(**kwargs)
     except ValueError as exc:
@@ -387,13 +410,14 @@ def _parallel(r: _Row, model: ModelSpec, world: int, notes: list[str]) -> Parall
 
 
 def _train(r: _Row, par: ParallelSpec, world: int, measured: Measured,
-           notes: list[str]) -> TrainSpec:
+           notes: list[str], recipe: Recipe) -> TrainSpec:
     seq = r.int_("seq_len", required=True)
     dp = world // par.model_parallel_size
     mbs = r.int_("mbs")
     if mbs is None:
-        mbs = 1
-        notes.append("mbs empty: micro_batch_size=1 assumed")
+        mbs = recipe.train.get("micro_batch_size", 1)
+        if "micro_batch_size" not in recipe.train:
+            notes.append("mbs empty: micro_batch_size=1 assumed")
     per_step = mbs * dp
     gbs = r.int_("gbs")
     if gbs is None:
@@ -417,9 +441,14 @@ def _train(r: _Row, par: ParallelSpec, world: int, measured: Measured,
     elif recompute == "selective":
         kwargs = dict(recompute_granularity="selective")
     elif recompute == "":
-        notes.append("recompute empty (not stated): none assumed")
+        kwargs = {k: v for k, v in recipe.train.items() if k.startswith("recompute_")}
+        if not recipe.sets_recompute:
+            notes.append("recompute empty (not stated): none assumed")
     elif recompute != "none":
         raise r.fail("recompute", f"{recompute!r} is not one of full, selective, none")
+    kwargs.update({k: v for k, v in recipe.train.items()
+                   if not k.startswith("recompute_") and k != "micro_batch_size"})
+    notes += [n for n in recipe.notes if n.split("=")[0] not in recipe.parallel]
     try:
         return TrainSpec(seq_length=seq, micro_batch_size=mbs, global_batch_size=gbs,
                          precision=precision, **kwargs)

@@ -138,6 +138,19 @@ def all_to_all_s(hw: HardwareSpec, span: GroupSpan, nbytes: float) -> float:
     return base + (n - 1) * hw.a2a_peer_latency_s + max(t_up, t_out)
 
 
+def network_and_link_s(hw: HardwareSpec, span: GroupSpan, up_bytes: float,
+                       out_bytes: float, *, a2a: bool = True) -> float:
+    """A pattern that moves ``up_bytes`` over the scale-up links and ``out_bytes`` over
+    the rank's NIC concurrently (an all-to-all, a DeepEP dispatch): latency as an
+    all-to-all over the span, then the slower of the two tiers."""
+    n = span.size
+    if n <= 1 or (up_bytes <= 0 and out_bytes <= 0):
+        return 0.0
+    base = hw.scale_up_latency_s if span.num_domains == 1 else hw.scale_out_latency_s
+    return (base + (n - 1) * hw.a2a_peer_latency_s
+            + max(_up(hw, span, up_bytes, a2a=a2a), _out(hw, out_bytes)))
+
+
 def p2p_s(hw: HardwareSpec, nbytes: float, *, cross_domain: bool,
           domain_size: int = 8) -> float:
     """One send/recv of ``nbytes`` between two ranks (inside a domain or across)."""

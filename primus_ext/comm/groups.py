@@ -92,8 +92,26 @@ def _span(layout: tuple[tuple[str, int], ...], axes: tuple[str, ...], node: int,
                      ranks_per_domain=max(doms.values()), domain_size=dom)
 
 
+_SPANS: dict = {}
+
+
 def group_span(spec: RunSpec, axis: str) -> GroupSpan:
     """The span of the group of ``axis`` (see the module docstring for the names)."""
+    c = spec.cluster
+    hw = c.hardware
+    # Memoised on what the span depends on (layout, world, node and domain sizes): hashing
+    # a whole RunSpec or HardwareSpec per call would cost more than the lookup saves.
+    key = (spec.parallel, c.num_nodes, c.gpus_per_node, hw.gpus_per_node,
+           hw.scale_up_domain_gpus, axis)
+    hit = _SPANS.get(key)
+    if hit is None:
+        if len(_SPANS) > 16384:
+            _SPANS.clear()
+        hit = _SPANS[key] = _group_span_uncached(spec, axis)
+    return hit
+
+
+def _group_span_uncached(spec: RunSpec, axis: str) -> GroupSpan:
     if axis in DENSE_AXES:
         layout = _layout(spec, expert=False)
         axes = ("dp", "cp") if axis == "dp_cp" else (axis,)

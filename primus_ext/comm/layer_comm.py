@@ -17,10 +17,13 @@ exposed, hidden time charged ``comm_overlap_penalty``):
 - **CP p2p** (ring attention): ``cp - 1`` K/V exchanges per forward (K/V plus dK/dV in
   backward), each overlapped with the attention step on the previous chunk.
   **CP a2a** (Ulysses): Q, K, V in and O out per forward, the mirror in backward; exposed.
-- **EP**: token dispatch and combine all-to-alls (forward) and their mirrors (backward),
-  exposed: ParallelSpec has no switch for megatron's MoE a2a overlap
-  (``--overlap-moe-expert-parallel-comm``, ``--moe-shared-expert-overlap``). Expert TP
-  adds an all-gather of the received rows and a reduce-scatter of the expert outputs.
+  **CP allgather** (TE all_gather, PyTorch context_parallel rotate_method=allgather): one
+  all-gather of the sequence's K/V per forward, hidden behind the first attention call;
+  in backward a second gather and a reduce-scatter of dK/dV behind the first call.
+- **EP**: token dispatch and combine (forward) and their mirrors (backward), by the
+  dispatcher and overlap rules of comm/moe_comm.py (``moe_token_dispatcher_type``,
+  ``overlap_moe_expert_parallel_comm``, ``moe_shared_expert_overlap``). Expert TP adds
+  an all-gather of the received rows and a reduce-scatter of the expert outputs.
 - **FSDP** (built by the backend, which knows the layer's compute): per layer and
   microbatch an all-gather of the parameters in forward and in backward and a
   reduce-scatter of the gradients in backward, prefetched / issued while the layer
@@ -33,7 +36,9 @@ from __future__ import annotations
 
 from primus_ext.comm.collectives import all_gather_s, collective_s, p2p_s
 from primus_ext.comm.groups import group_span
+from primus_ext.comm.moe_comm import ep_comm_ops
 from primus_ext.comm.overlap import exposed_s
+from primus_ext.comm.step_comm import grad_bytes_per_param
 from primus_ext.compute.ops import OpCost, Shapes
 from primus_ext.project.costs import CommOp
 from primus_ext.spec.run import RunSpec
@@ -126,6 +131,17 @@ def cp_comms(spec: RunSpec, sh: Shapes, attn: OpCost) -> list[Tagged]:
                       "core_attn"),
                 _comm(spec, "attn.cp_all_to_all_bwd", "cp", "all_to_all", qo + kv, "bwd",
                       None, "core_attn")]
+    if spec.parallel.cp_comm_type == "allgather":
+        # K/V of the whole sequence gathered once per layer (cp * kv bytes), issued
+        # asynchronously and overlapped with the first (local) attention call only; the
+        # backward gathers K/V again and reduce-scatters dK/dV behind its first call.
+        full = kv * cp
+        return [_comm(spec, "attn.cp_all_gather", "cp", "all_gather", full, "fwd",
+                      attn.fwd_s / cp, "core_attn"),
+                _comm(spec, "attn.cp_all_gather_bwd", "cp", "all_gather", full, "bwd",
+                      attn.dgrad_s / (2 * cp), "core_attn"),
+                _comm(spec, "attn.cp_reduce_scatter_dkv", "cp", "reduce_scatter", full,
+                      "bwd", attn.dgrad_s / (2 * cp), "core_attn")]
     span = group_span(spec, "cp")
     hw = spec.cluster.hardware
     out = []
@@ -139,21 +155,27 @@ def cp_comms(spec: RunSpec, sh: Shapes, attn: OpCost) -> list[Tagged]:
     return out
 
 
-def mlp_comms(spec: RunSpec, sh: Shapes, ops: dict[str, OpCost], moe: bool
-              ) -> list[Tagged]:
+def mlp_comms(spec: RunSpec, sh: Shapes, ops: dict[str, OpCost], moe: bool,
+              layer_compute_s: float = 0.0) -> list[Tagged]:
+    """TP collectives of the MLP; for an MoE block also the EP dispatch / combine
+    (comm/moe_comm.py; ``layer_compute_s`` is the whole layer's forward + backward, the
+    window of the merged-schedule EP overlap) and the expert-TP gather / scatter."""
     if not moe:
         return tp_pair(spec, sh, ops, ["fc1"], "fc2", "mlp", "mlp", "mlp")
     m = spec.model
     out: list[Tagged] = []
+    shared_f = shared_b = 0.0
     if m.moe_shared_expert_intermediate_size:
         out += tp_pair(spec, sh, ops, ["shared_fc1"], "shared_fc2", "shared_experts",
                        "shared_experts", "shared_experts")
+        shared = [o for o in ops.values() if o.module == "shared_experts"]
+        shared_f = sum(o.fwd_s for o in shared)
+        shared_b = sum(o.dgrad_s + o.wgrad_s for o in shared)
     tokens = sh.sp_tokens * m.moe_router_topk * sh.hidden * sh.act_bytes
     if sh.ep > 1:
-        for name, phase in (("dispatch", "fwd"), ("combine", "fwd"),
-                            ("combine_bwd", "bwd"), ("dispatch_bwd", "bwd")):
-            out.append(_comm(spec, f"moe.ep_{name}", "ep", "all_to_all", tokens, phase, None,
-                             "moe"))
+        out += [(c, "moe") for c in ep_comm_ops(
+            spec, sh.sp_tokens, sh.hidden * sh.act_bytes, layer_compute_s=layer_compute_s,
+            shared_fwd_s=shared_f, shared_bwd_s=shared_b)]
     if sh.etp > 1:
         rows = tokens * sh.etp
         out.append(_comm(spec, "moe.etp_all_gather", "etp", "all_gather", rows, "fwd", None,
@@ -224,12 +246,13 @@ def fsdp_comms(spec: RunSpec, dense_params: float, expert_params: float,
                fwd_window: float, bwd_window: float, prefix: str) -> list[Tagged]:
     """Per-layer FSDP collectives (one microbatch): parameters gathered in forward and
     again in backward (resharded after forward), gradients reduce-scattered in fp32
-    (bf16 for fp16 runs), hidden behind the layer's own compute of the phase."""
+    (16-bit for fp16 runs or ``grad_reduce_in_fp32=False``), hidden behind the layer's
+    own compute of the phase."""
     if not spec.parallel.fsdp:
         return []
     hw = spec.cluster.hardware
     pb = spec.train.param_bytes
-    gb = 2 if spec.train.precision == "fp16" else 4
+    gb = grad_bytes_per_param(spec)
     out: list[Tagged] = []
     for axis, n in (("dp_cp", dense_params), ("edp", expert_params)):
         span = group_span(spec, axis)

@@ -7,7 +7,8 @@ all-gather of the distributed optimizer, and the overlap rule the step composer 
   (the slowest link of the pipeline; with interleaving the last-to-first wrap link too).
 - **DP gradient sync**: dense gradients over the data x context group, expert gradients
   over the expert-data group, in fp32 for BF16/FP8 runs (Megatron-LM turns on
-  ``accumulate_allreduce_grads_in_fp32`` with ``--bf16``), in buckets of
+  ``accumulate_allreduce_grads_in_fp32`` with ``--bf16``) unless
+  ``parallel.grad_reduce_in_fp32`` is off (bf16 on the wire), in buckets of
   ``max(40M, 1M * dp)`` parameters when ``overlap_grad_reduce`` (megatron-core
   DistributedDataParallelConfig default), one bucket otherwise; reduce-scatter with the
   distributed optimizer, all-reduce without. FSDP reduces per layer (in the layer comms)
@@ -72,7 +73,15 @@ def p2p_time_s(spec: RunSpec) -> float:
 
 
 def grad_bytes_per_param(spec: RunSpec) -> int:
-    return 2 if spec.train.precision == "fp16" else 4
+    """Bytes per gradient element on the wire: fp32 unless the run reduces in 16 bits
+    (fp16 runs, or ``grad_reduce_in_fp32=False``: megatron-core's bf16 grad buffer, FSDP
+    ``reduce_dtype=bf16``); fp32 runs always reduce in fp32."""
+    t = spec.train
+    if t.precision == "fp32":
+        return 4
+    if t.precision == "fp16" or not spec.parallel.grad_reduce_in_fp32:
+        return 2
+    return 4
 
 
 def _bucketed(spec: RunSpec, axis: str, num_params: float, bytes_per: int,

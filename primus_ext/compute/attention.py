@@ -19,6 +19,9 @@ each a physical cause, times a forward or backward asymptote::
 Fitted to FA3/cuDNN H100 sweeps (2.1) with ``d_half=32, k_half=256, n_half=256``; the
 hardware presets cite the rows their asymptotes come from. Attention runs in BF16 also
 in FP8 runs. The memory roofline covers windowed layers, where keys are few.
+``train.flash_attn_impl='fa2'`` (FlashAttention-2 where the hardware has a faster native
+kernel) scales both asymptotes by ``hardware.flash2_attention_ratio`` (H100: FA2 333 vs
+cuDNN 529 TFLOP/s causal hd128 forward at 8k, 318 vs 518 backward, 2.1: about 0.62).
 
 The unfused path (megatron-core's local spec) is two batched GEMMs plus a
 scale-mask-softmax and an optional dropout over the full ``s_q x s_k`` score matrix.
@@ -52,8 +55,10 @@ def attention_flops(batch: int, heads: int, s_q: float, keys: float, d_qk: int,
 
 
 def flash_efficiency(hw: HardwareSpec, *, backward: bool, head_dim: float,
-                     call_keys: float, work_tiles: float) -> float:
+                     call_keys: float, work_tiles: float, impl: str = "native") -> float:
     eta = hw.attention_bwd_efficiency if backward else hw.attention_efficiency
+    if impl == "fa2":
+        eta *= hw.flash2_attention_ratio
     eta *= head_dim / (head_dim + hw.attention_half_head_dim)
     eta *= call_keys / (call_keys + hw.attention_half_keys)
     eta *= work_tiles / (work_tiles + hw.attention_half_tiles)
@@ -62,7 +67,7 @@ def flash_efficiency(hw: HardwareSpec, *, backward: bool, head_dim: float,
 
 def flash_attention(hw: HardwareSpec, *, batch: int, heads: int, kv_heads: int,
                     s_q: float, s_kv: float, keys: float, call_keys: float, d_qk: int,
-                    d_v: int, num_calls: int = 1
+                    d_v: int, num_calls: int = 1, impl: str = "native"
                     ) -> tuple[float, float, float, float, float, float]:
     """(fwd_s, bwd_s, fwd_flops, bwd_flops, fwd_bytes, bwd_bytes) of flash attention.
 
@@ -84,8 +89,10 @@ def flash_attention(hw: HardwareSpec, *, batch: int, heads: int, kv_heads: int,
     d = 0.5 * (d_qk + d_v)
     tiles = batch * heads * ceil(s_q / QUERY_TILE)  # every call covers the local queries
     ck = max(min(call_keys, keys), 1.0)
-    e_fwd = flash_efficiency(hw, backward=False, head_dim=d, call_keys=ck, work_tiles=tiles)
-    e_bwd = flash_efficiency(hw, backward=True, head_dim=d, call_keys=ck, work_tiles=tiles)
+    e_fwd = flash_efficiency(hw, backward=False, head_dim=d, call_keys=ck, work_tiles=tiles,
+                             impl=impl)
+    e_bwd = flash_efficiency(hw, backward=True, head_dim=d, call_keys=ck, work_tiles=tiles,
+                             impl=impl)
     launch = hw.kernel_overhead_s + hw.gemm_fill_s
     t_fwd = max(f_fwd / (peak * e_fwd), b_fwd / bw) + num_calls * launch
     # The backward runs a preprocessing kernel (dO . O) besides the main kernel.

@@ -114,7 +114,8 @@ def _decoder_parts(spec: RunSpec, sh: Shapes, moe: bool, window: int | None
     m_ops = mlp_block_ops(sh, moe)
     a_by = {o.name: o for o in a_ops}
     m_by = {o.name: o for o in m_ops}
-    comms = attention_comms(spec, sh, a_by) + mlp_comms(spec, sh, m_by, moe)
+    f, d, w, _, _ = sum_ops(a_ops + m_ops)
+    comms = attention_comms(spec, sh, a_by) + mlp_comms(spec, sh, m_by, moe, f + d + w)
     return a_ops + m_ops, comms
 
 

@@ -10,6 +10,10 @@
   write 4 B), takes the max (4), subtracts (8), exponentiates (8), sums (4) and
   normalises (8): 38 B per logit in 6 kernels; backward reads the softmax and writes the
   gradient (8), scales it (8) and casts it back to BF16 (6): 22 B per logit in 3 kernels.
+  With ``train.cross_entropy_loss_fusion`` (megatron-core's fused vocab-parallel kernel,
+  TE's parallel_cross_entropy) the forward reads the BF16 logits twice (max, then
+  sum-exp with the target logit) and writes the BF16 gradient in place: 6 B per logit in
+  2 kernels; the backward scales that gradient: 4 B per logit in 1 kernel.
 - MTP (DeepSeek-V3 Sec. 2.2; megatron-core MultiTokenPredictionLayer): per MTP layer an
   embedding lookup of the shifted tokens, enorm and hnorm, the ``2h -> h`` eh_proj, then a
   transformer layer and the output layer with its loss (added by the backend).
@@ -21,6 +25,8 @@ from primus_ext.spec.model import padded_vocab
 
 CE_FWD_BYTES_PER_LOGIT = 38.0
 CE_BWD_BYTES_PER_LOGIT = 22.0
+FUSED_CE_FWD_BYTES_PER_LOGIT = 6.0
+FUSED_CE_BWD_BYTES_PER_LOGIT = 4.0
 
 
 def vocab_shard(sh: Shapes) -> int:
@@ -55,10 +61,14 @@ def output_ops(sh: Shapes) -> list[OpCost]:
     v = vocab_shard(sh)
     logits = t * v
     dtype = "fp32" if sh.gemm_dtype == "fp32" else "bf16"
+    if sh.train.cross_entropy_loss_fusion:
+        ce = memory_op(sh, "cross_entropy", "output", FUSED_CE_FWD_BYTES_PER_LOGIT * logits,
+                       FUSED_CE_BWD_BYTES_PER_LOGIT * logits, fwd_kernels=2, bwd_kernels=1)
+    else:
+        ce = memory_op(sh, "cross_entropy", "output", CE_FWD_BYTES_PER_LOGIT * logits,
+                       CE_BWD_BYTES_PER_LOGIT * logits, fwd_kernels=6, bwd_kernels=3)
     return [norm(sh, "final_layernorm", sh.sp_tokens, h),
-            linear(sh, "output_layer", "output", t, h, v, dtype=dtype),
-            memory_op(sh, "cross_entropy", "output", CE_FWD_BYTES_PER_LOGIT * logits,
-                      CE_BWD_BYTES_PER_LOGIT * logits, fwd_kernels=6, bwd_kernels=3)]
+            linear(sh, "output_layer", "output", t, h, v, dtype=dtype), ce]
 
 
 def mtp_glue_ops(sh: Shapes) -> list[OpCost]:

@@ -20,8 +20,9 @@ def core_attention(sh: Shapes, *, window: int | None, d_qk: int, d_v: int,
     """Causal core attention of this rank's ``s/cp`` queries (flash or unfused).
 
     With CP, load-balanced causal chunks give every rank ``1/cp`` of the work; the p2p ring
-    runs it as ``cp`` kernel calls over ``s/cp`` keys each, the all-to-all variant as one
-    call over the full sequence with ``heads / cp`` heads.
+    (and the all-gather variant, which loops over the gathered chunks) runs it as ``cp``
+    kernel calls over ``s/cp`` keys each, the all-to-all variant as one call over the full
+    sequence with ``heads / cp`` heads.
     """
     m, tr, cp = sh.model, sh.train, sh.cp
     s = sh.seq
@@ -33,12 +34,12 @@ def core_attention(sh: Shapes, *, window: int | None, d_qk: int, d_v: int,
     elif cp > 1 and sh.par.cp_comm_type == "a2a":
         t = flash_attention(sh.hw, batch=sh.batch, heads=max(sh.heads // cp, 1),
                             kv_heads=max(kv_heads // cp, 1), s_q=s, s_kv=s, keys=keys,
-                            call_keys=keys, d_qk=d_qk, d_v=d_v)
+                            call_keys=keys, d_qk=d_qk, d_v=d_v, impl=tr.flash_attn_impl)
     else:
         call_keys = keys if cp == 1 else min(keys, s / cp)
         t = flash_attention(sh.hw, batch=sh.batch, heads=sh.heads, kv_heads=kv_heads,
                             s_q=s / cp, s_kv=s, keys=keys, call_keys=call_keys, d_qk=d_qk,
-                            d_v=d_v, num_calls=cp)
+                            d_v=d_v, num_calls=cp, impl=tr.flash_attn_impl)
     t_f, t_b, f_f, f_b, b_f, b_b = t
     return OpCost("core_attn", "core_attn", t_f, t_b, 0.0, f_f, f_b, 0.0, b_f, b_b)
 

@@ -56,6 +56,30 @@ def mtp_params_on_rank(model: ModelSpec, par: ParallelSpec) -> tuple[float, floa
     return d * model.mtp_num_layers, e * model.mtp_num_layers
 
 
+def chunk_param_counts(spec: RunSpec, stage: int, chunk: int) -> tuple[float, float]:
+    """(dense, expert) parameters of one model chunk (virtual stage) on one rank: its
+    decoder layers, plus the embedding on chunk 0 of stage 0 and the output layer and MTP
+    on the last chunk of the last stage. megatron-core wraps every chunk in its own DDP
+    instance, so each chunk has its own gradient buckets."""
+    model, par, lay = spec.model, spec.parallel, spec.layout
+    dense = expert = 0.0
+    first = lay.first_layer(stage, chunk)
+    for i in range(first, first + lay.num_layers(stage, chunk)):
+        d, e = layer_params_on_rank(model, par, i)
+        dense += d
+        expert += e
+    if stage == 0 and chunk == 0:
+        dense += embedding_params_on_rank(model, par)
+    if stage == par.pp - 1 and chunk == par.vpp - 1:
+        dense += output_params_on_rank(model, par)
+        if not model.untie_embeddings_and_output_weights and par.pp > 1:
+            dense += embedding_params_on_rank(model, par)
+        d, e = mtp_params_on_rank(model, par)
+        dense += d
+        expert += e
+    return dense, expert
+
+
 def stage_param_counts(spec: RunSpec, stage: int) -> tuple[float, float]:
     """(dense, expert) parameters on one rank of pipeline stage ``stage`` (all its virtual
     chunks): its decoder layers, the embedding on the first stage, output layer and MTP

@@ -73,7 +73,12 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
     m = spec.num_microbatches
     totals = [sched.step_s + sync.exposed_s[s] + sync.optimizer_s[s]
               for s in range(spec.parallel.pp)]
-    crit = max(range(len(totals)), key=totals.__getitem__)
+    # The critical stage: the latest to finish; among stages that finish together (the
+    # pipeline ties them) the one with the most work of its own, so that the breakdown
+    # shows the stage that sets the pace rather than one that waits for it.
+    top = max(totals)
+    crit = max((s for s in range(len(totals)) if totals[s] >= top * (1 - 1e-6)),
+               key=lambda s: sched.busy_s[s] + sync.exposed_s[s] + sync.optimizer_s[s])
     step_s = totals[crit]
     comm = st.comm_s[crit]
     breakdown = {

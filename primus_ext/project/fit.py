@@ -1,11 +1,24 @@
 """Fit the physical efficiency constants of each hardware preset to measured runs.
 
-Per hardware, the fitted constants minimise the mean squared log error of projected
-against measured tokens/s/GPU, plus a penalty pulling each constant toward its preset
-prior (a preset with few measured rows stays near its datasheet-derived priors instead
-of absorbing one row's quirks). Coordinate descent on a multiplicative grid; each
-constant stays inside its physical bounds. Only HardwareSpec fields are fitted: no
-constant is keyed to a model, a source or a row.
+Per hardware, a few physical constants (``FITTED``) are chosen to minimise a robust loss
+of the log error of projected against measured tokens/s/GPU, plus a Gaussian prior that
+pulls each constant toward its preset value (a preset with few measured rows stays near
+its datasheet-derived priors instead of absorbing one row's quirks). Only HardwareSpec
+fields are fitted: no constant is keyed to a model, a source or a row.
+
+Each fitted *knob* scales one or more HardwareSpec fields by a common factor, so that
+fields that describe one physical thing move together (flash attention's forward and
+backward asymptotes are one kernel family). The fitted values are written back as the
+fields themselves, clipped to their physical bounds.
+
+Loss: the pseudo-Huber function of the log error with scale ``ROW_SIGMA``: quadratic for
+errors within about 10 %, linear beyond, so that a source whose software stack sits off
+the physics (a row group the projector cannot explain) moves the constants less than
+under least squares. The prior adds ``(ROW_SIGMA^2 / n) * sum(log(c/c0)^2 / (2
+PRIOR_SIGMA^2))``: the negative log-likelihood of Gaussian errors and priors, divided by
+the row count over ROW_SIGMA^2, which keeps both terms on the scale of the mean loss.
+
+Search: coordinate descent on a multiplicative grid, refined in four passes.
 """
 from __future__ import annotations
 
@@ -16,17 +29,16 @@ from dataclasses import dataclass
 from primus_ext.project.calibration import Calibration
 from primus_ext.spec import HardwareSpec
 
-# (field, lower bound, upper bound). Fractions of a peak stay in (0, 1].
-# Upper bounds are the best fractions of peak measured anywhere in
-# docs/reference achievable-performance (GEMM 0.87 on A100, FA3 0.76, NCCL ~0.9 of a NIC).
-FITTED = (
-    ("gemm_efficiency", 0.2, 0.9),
-    ("attention_efficiency", 0.2, 0.85),
-    ("scale_out_efficiency", 0.2, 0.95),
-)
-# Gaussian prior on log(constant / preset prior): a row's log error is taken to have a
-# spread of ROW_SIGMA, a preset prior one of PRIOR_SIGMA; the penalty per constant is
-# (ROW_SIGMA / PRIOR_SIGMA)^2 * log(c/c0)^2 / rows, against the mean squared row error.
+# knob -> (HardwareSpec fields it scales, lower bound, upper bound of each field). Upper
+# bounds are the best fractions of peak measured anywhere in docs/reference
+# achievable-performance (GEMM 0.87 of A100 BF16, FP8 0.77, FA3 0.76 of peak forward, a
+# NIC at 0.96 of its line rate); lower bounds are well below any measured training run.
+FITTED = {
+    "gemm": (("gemm_efficiency",), 0.3, 0.9),
+    "fp8_gemm": (("fp8_gemm_efficiency",), 0.25, 0.85),
+    "attention": (("attention_efficiency", "attention_bwd_efficiency"), 0.1, 0.9),
+    "scale_out": (("scale_out_efficiency",), 0.3, 0.96),
+}
 ROW_SIGMA = 0.10
 PRIOR_SIGMA = 0.15
 _STEPS = (1.25, 1.1, 1.04, 1.015)
@@ -35,52 +47,68 @@ _STEPS = (1.25, 1.1, 1.04, 1.015)
 @dataclass(frozen=True, slots=True)
 class FitReport:
     calibration: Calibration
-    per_hardware: dict  # name -> {"rows": n, "before": msle, "after": msle, constants}
+    per_hardware: dict  # name -> {"rows": n, "before": loss, "after": loss, constants}
 
 
-def _loss(rows, hw_values: dict, project_row) -> float:
+def _rho(e: float) -> float:
+    d = ROW_SIGMA
+    return d * d * (math.sqrt(1.0 + (e / d) ** 2) - 1.0)
+
+
+def _values(hw: HardwareSpec, factors: dict) -> dict:
+    out = {}
+    for knob, f in factors.items():
+        fields, lo, hi = FITTED[knob]
+        for name in fields:
+            out[name] = min(max(getattr(hw, name) * f, lo), hi)
+    return out
+
+
+def _errors(rows, values: dict, project_row) -> list[float]:
     errs = []
     for run, measured in rows:
-        est = project_row(run, hw_values)
+        est = project_row(run, values)
         if est is None:
             continue
-        errs.append(math.log(est.tokens_per_s_per_gpu / measured) ** 2)
-    return sum(errs) / len(errs) if errs else 0.0
+        errs.append(math.log(est.tokens_per_s_per_gpu / measured))
+    return errs
 
 
-def _objective(rows, values, prior, project_row) -> float:
-    penalty = sum(math.log(values[k] / prior[k]) ** 2 for k in values)
-    weight = (ROW_SIGMA / PRIOR_SIGMA) ** 2 / max(len(rows), 1)
-    return _loss(rows, values, project_row) + weight * penalty
+def _msle(errs: list[float]) -> float:
+    return sum(e * e for e in errs) / len(errs) if errs else 0.0
 
 
-def fit_hardware(hw: HardwareSpec, rows, project_row, fields=FITTED) -> tuple[dict, float, float]:
-    """Fit one preset's constants; rows are (run, measured tokens/s/GPU) pairs.
+def _objective(rows, hw, factors, project_row) -> float:
+    errs = _errors(rows, _values(hw, factors), project_row)
+    loss = sum(_rho(e) for e in errs) / max(len(errs), 1)
+    penalty = sum(math.log(f) ** 2 for f in factors.values()) / (2 * PRIOR_SIGMA ** 2)
+    return loss + ROW_SIGMA ** 2 / max(len(rows), 1) * penalty
+
+
+def fit_hardware(hw: HardwareSpec, rows, project_row, knobs=tuple(FITTED)
+                 ) -> tuple[dict, float, float]:
+    """Fit one preset's knobs; rows are (run, measured tokens/s/GPU) pairs.
 
     ``project_row(run, values)`` projects a run with the hardware's fields set to values.
-    Returns (values, loss before, loss after).
-    """
-    names = [f for f, _, _ in fields if hasattr(hw, f)]
-    bounds = {f: (lo, hi) for f, lo, hi in fields}
-    prior = {f: getattr(hw, f) for f in names}
-    values = dict(prior)
-    before = _loss(rows, values, project_row)
-    best = _objective(rows, values, prior, project_row)
+    Returns (field values, mean squared log error before, after)."""
+    factors = {k: 1.0 for k in knobs}
+    before = _msle(_errors(rows, _values(hw, factors), project_row))
+    best = _objective(rows, hw, factors, project_row)
     for step in _STEPS:
         improved = True
         while improved:
             improved = False
-            for f in names:
-                for factor in (step, 1 / step):
-                    lo, hi = bounds[f]
-                    trial = dict(values)
-                    trial[f] = min(max(values[f] * factor, lo), hi)
-                    if trial[f] == values[f]:
-                        continue
-                    obj = _objective(rows, trial, prior, project_row)
-                    if obj < best - 1e-9:
-                        best, values, improved = obj, trial, True
-    return values, before, _loss(rows, values, project_row)
+            for k in knobs:
+                for mult in (step, 1 / step):
+                    trial = dict(factors)
+                    trial[k] = factors[k] * mult
+                    if _values(hw, trial) == _values(hw, factors):
+                        continue  # pinned at a bound
+                    obj = _objective(rows, hw, trial, project_row)
+                    if obj < best - 1e-12:
+                        best, factors, improved = obj, trial, True
+    values = _values(hw, factors)
+    return values, before, _msle(_errors(rows, values, project_row))
 
 
 def fit(runs, project_fn, base: Calibration | None = None) -> FitReport:
@@ -115,7 +143,8 @@ def fit(runs, project_fn, base: Calibration | None = None) -> FitReport:
         constants[name] = {k: round(v, 4) for k, v in values.items()}
         report[name] = {"rows": len(rows), "msle_before": before, "msle_after": after,
                         **constants[name]}
-    meta = {"fitted_constants": [f for f, _, _ in FITTED], "row_sigma": ROW_SIGMA,
+    meta = {"fitted_knobs": {k: list(v[0]) for k, v in FITTED.items()},
+            "loss": "pseudo-Huber of the log error", "row_sigma": ROW_SIGMA,
             "prior_sigma": PRIOR_SIGMA}
     return FitReport(calibration=Calibration(constants=constants, meta=meta),
                      per_hardware=report)

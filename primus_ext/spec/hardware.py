@@ -49,6 +49,9 @@ class HardwareSpec:
     attention_half_head_dim: float = 32.0  # head dim at which the head-dim factor is 1/2
     attention_half_keys: float = 256.0  # keys per query (per kernel) at half efficiency
     attention_half_tiles: float = 256.0  # batch*heads*128-query tiles at half efficiency
+    # FlashAttention-2 rate / native flash kernel rate on this GPU (train.flash_attn_impl):
+    # 1 where FA2 is the native kernel (Ampere; CK on AMD), about 0.6 on Hopper.
+    flash2_attention_ratio: float = 1.0
     # Memory-bound kernels.
     hbm_efficiency: float = 0.80  # achieved fraction of HBM bandwidth (fused elementwise)
     gather_hbm_efficiency: float = 0.50  # the same for gathers/scatters (MoE permute)
@@ -81,7 +84,7 @@ class HardwareSpec:
                   "gemm_misaligned_efficiency", "attention_efficiency",
                   "attention_bwd_efficiency", "hbm_efficiency", "gather_hbm_efficiency",
                   "scale_up_efficiency", "scale_up_a2a_efficiency", "scale_out_efficiency",
-                  "ll_bandwidth_fraction"):
+                  "ll_bandwidth_fraction", "flash2_attention_ratio"):
             v = getattr(self, f)
             if not 0 < v <= 1:
                 raise ValueError(f"hardware.{f}={v} must be in (0, 1]")

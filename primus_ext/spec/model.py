@@ -47,6 +47,11 @@ class ModelSpec:
     moe_shared_expert_intermediate_size: int | None = None
     moe_layer_freq: int = 1  # every k-th layer is MoE (after the dense-first layers)
     moe_first_k_dense: int = 0  # the first k layers are dense (DeepSeek-V3: 3)
+    # Group-limited (node-limited) routing (DeepSeek-V3 Sec. 2.1.2; megatron-core
+    # moe_router_num_groups / moe_router_group_topk): experts form num_groups groups and a
+    # token's top-k experts come from its group_topk best groups (DeepSeek-V3: 8 and 4).
+    moe_router_num_groups: int | None = None
+    moe_router_group_topk: int | None = None
     # Multi-latent attention (DeepSeek-V2/V3).
     multi_latent_attention: bool = False
     q_lora_rank: int | None = None
@@ -64,7 +69,8 @@ class ModelSpec:
             positive(_OWNER, f, getattr(self, f))
         for f in ("ffn_hidden_size", "num_query_groups", "kv_channels", "num_moe_experts",
                   "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
-                  "q_lora_rank", "window_size"):
+                  "q_lora_rank", "window_size", "moe_router_num_groups",
+                  "moe_router_group_topk"):
             v = getattr(self, f)
             if v is not None:
                 positive(_OWNER, f, v)
@@ -90,6 +96,21 @@ class ModelSpec:
                 raise ValueError(
                     f"model.moe_router_topk={self.moe_router_topk} exceeds "
                     f"num_moe_experts={self.num_moe_experts}")
+            g, gk = self.moe_router_num_groups, self.moe_router_group_topk
+            if (g is None) != (gk is None):
+                raise ValueError(f"model.moe_router_num_groups={g} and moe_router_group_topk="
+                                 f"{gk} must be set together")
+            if g is not None:
+                divides(_OWNER, "num_moe_experts", self.num_moe_experts,
+                        "moe_router_num_groups", g)
+                if gk > g:
+                    raise ValueError(f"model.moe_router_group_topk={gk} exceeds "
+                                     f"moe_router_num_groups={g}")
+                if self.moe_router_topk > gk * (self.num_moe_experts // g):
+                    raise ValueError(
+                        f"model.moe_router_topk={self.moe_router_topk} exceeds the "
+                        f"{gk * (self.num_moe_experts // g)} experts of moe_router_group_topk="
+                        f"{gk} groups")
             if self.moe_first_k_dense >= self.num_layers:
                 raise ValueError(
                     f"model.moe_first_k_dense={self.moe_first_k_dense} must be below "

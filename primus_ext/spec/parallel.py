@@ -14,6 +14,10 @@ from primus_ext.spec._check import non_negative, one_of, positive
 _OWNER = "parallel"
 SCHEDULES = ("auto", "1f1b", "interleaved", "zb")
 AXES = ("tp", "cp", "ep", "dp", "pp")
+# megatron-core --moe-token-dispatcher-type. Megatron-LM's flag defaults to allgather, but
+# megatron-core's MoE guide recommends alltoall with EP and every published MoE recipe
+# sets alltoall or flex, so alltoall is the default here.
+MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -30,9 +34,28 @@ class ParallelSpec:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
+    # Gradients accumulated and reduced in fp32 (megatron-core DistributedDataParallelConfig
+    # grad_reduce_in_fp32; Megatron-LM turns it on with --bf16 unless --grad-reduce-in-bf16).
+    # False: bf16 gradient reduce-scatter / all-reduce (half the bytes).
+    grad_reduce_in_fp32: bool = True
+    # MoE token dispatch (megatron-core): alltoall = one copy per (token, expert) pair in an
+    # all-to-all; allgather = all-gather of the EP group's tokens and reduce-scatter of the
+    # outputs; flex = DeepEP / HybridEP kernels that send a token once per destination node
+    # over the network and fan it out over NVLink (--moe-token-dispatcher-type flex).
+    moe_token_dispatcher_type: str = "alltoall"
+    # --overlap-moe-expert-parallel-comm (megatron-core >= 0.14): the dispatch / combine
+    # all-to-alls of one microbatch overlap the compute of another (merged forward and
+    # backward in the steady state of 1F1B; needs pp == 1 or interleaving).
+    overlap_moe_expert_parallel_comm: bool = False
+    # --moe-shared-expert-overlap: the shared experts run while the routed tokens are
+    # dispatched and combined (alltoall dispatcher).
+    moe_shared_expert_overlap: bool = False
     schedule: str = "auto"  # auto: interleaved when vpp > 1, else 1f1b
     order: str = "tp-cp-ep-dp-pp"
-    cp_comm_type: str = "p2p"  # p2p (ring of K/V) or a2a (Ulysses-style all-to-all)
+    # --cp-comm-type: p2p (ring of K/V chunks), a2a (Ulysses-style all-to-all of heads) or
+    # allgather (K/V of the whole sequence gathered once per layer, as TE's all_gather
+    # mode and PyTorch's context_parallel with rotate_method=allgather do).
+    cp_comm_type: str = "p2p"
     # Uneven pipeline layouts as Megatron-LM expresses them.
     decoder_first_pipeline_num_layers: int | None = None
     decoder_last_pipeline_num_layers: int | None = None
@@ -48,7 +71,22 @@ class ParallelSpec:
         if self.etp is not None:
             positive(_OWNER, "etp", self.etp)
         one_of(_OWNER, "schedule", self.schedule, SCHEDULES)
-        one_of(_OWNER, "cp_comm_type", self.cp_comm_type, ("p2p", "a2a"))
+        one_of(_OWNER, "cp_comm_type", self.cp_comm_type, ("p2p", "a2a", "allgather"))
+        one_of(_OWNER, "moe_token_dispatcher_type", self.moe_token_dispatcher_type,
+               MOE_DISPATCHERS)
+        if self.overlap_moe_expert_parallel_comm:
+            # megatron/training/arguments.py (0.14): alltoall or flex dispatcher, VPP with
+            # PP, and not together with the shared-expert overlap.
+            if self.moe_token_dispatcher_type == "allgather":
+                raise ValueError("parallel.overlap_moe_expert_parallel_comm=True requires "
+                                 "moe_token_dispatcher_type 'alltoall' or 'flex' "
+                                 "(it is 'allgather')")
+            if self.pp > 1 and self.vpp == 1:
+                raise ValueError(f"parallel.overlap_moe_expert_parallel_comm=True with "
+                                 f"pp={self.pp} requires vpp > 1 (interleaved schedule)")
+            if self.moe_shared_expert_overlap:
+                raise ValueError("parallel.overlap_moe_expert_parallel_comm=True excludes "
+                                 "moe_shared_expert_overlap=True")
         axes = self.order.split("-")
         if sorted(axes) != sorted(AXES):
             raise ValueError(

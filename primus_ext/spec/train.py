@@ -12,6 +12,7 @@ RECOMPUTE_METHODS = (None, "uniform", "block")
 ATTENTION_BACKENDS = ("flash", "unfused")
 OPTIMIZERS = ("adam", "sgd")
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
+FLASH_IMPLS = ("native", "fa2")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -28,6 +29,16 @@ class TrainSpec:
     # default, as in Megatron-LM.
     recompute_modules: tuple[str, ...] = ("core_attn",)
     attention_backend: str = "flash"
+    # Which flash-attention kernel generation runs under attention_backend='flash':
+    # 'native' = the hardware's tuned fused kernel (cuDNN / FlashAttention-3 on Hopper,
+    # cuDNN / FA4 on Blackwell, CK / AITER on AMD: what Transformer Engine selects);
+    # 'fa2' = FlashAttention-2 (Dao's flash-attn 2.x, PyTorch SDPA's flash backend), which
+    # uses no Hopper/Blackwell-specific tensor-core instructions (wgmma, TMA, tcgen05).
+    flash_attn_impl: str = "native"
+    # --cross-entropy-loss-fusion: the vocab-parallel cross-entropy as one fused kernel
+    # (megatron-core fused_vocab_parallel_cross_entropy / TE parallel_cross_entropy);
+    # off by default in megatron-core, on in the NeMo 2.0 / Megatron-Bridge GPT configs.
+    cross_entropy_loss_fusion: bool = False
     optimizer: str = "adam"
     # Softmax of the unfused attention path saved in fp32 (megatron-core default True);
     # only matters for attention_backend=unfused.
@@ -42,6 +53,7 @@ class TrainSpec:
                RECOMPUTE_GRANULARITIES)
         one_of(_OWNER, "recompute_method", self.recompute_method, RECOMPUTE_METHODS)
         one_of(_OWNER, "attention_backend", self.attention_backend, ATTENTION_BACKENDS)
+        one_of(_OWNER, "flash_attn_impl", self.flash_attn_impl, FLASH_IMPLS)
         one_of(_OWNER, "optimizer", self.optimizer, OPTIMIZERS)
         object.__setattr__(self, "recompute_modules", tuple(self.recompute_modules))
         if self.recompute_granularity == "full":

@@ -1,0 +1,160 @@
+"""MoE token dispatch and combine: bytes on each link tier and the overlap rules.
+
+Per microbatch and MoE layer a rank holds ``T = sp_tokens`` tokens of width ``h``, each
+routed to ``k = moe_router_topk`` experts; the EP group spans ``K`` scale-up domains
+(nodes) with ``g`` EP ranks in each (comm/groups.py).
+
+Dispatchers (``parallel.moe_token_dispatcher_type``, megatron-core):
+
+- ``alltoall``: one copy per (token, expert) pair: ``T k h`` bytes, of which
+  ``(n - g) / n`` leave the domain and ``(g - 1) / n`` cross the scale-up links
+  (``collectives.all_to_all_s``). Combine mirrors dispatch; backward mirrors both.
+- ``flex`` (DeepEP / HybridEP kernels, DeepSeek-V3 Sec. 3.2.2): a token crosses the
+  network at most once per destination domain and is fanned out to the experts' GPUs over
+  the scale-up links there, so the network carries ``T h x E[remote domains hit]`` bytes.
+  With group-limited routing (``moe_router_num_groups`` / ``moe_router_group_topk``) a
+  token reaches few domains: DeepSeek-V3 on EP 64 over 8 nodes, 8 groups of 32 experts,
+  top-4 groups, top-8 experts: 3.2 remote nodes instead of 7 remote copies.
+- ``allgather``: the EP group's tokens are all-gathered (``T h ep`` bytes) and the
+  expert outputs reduce-scattered; backward mirrors.
+
+Expected domains hit, under balanced (uniform) routing (``expected_domains_hit``): a
+domain holds ``E / K`` consecutive experts; without groups the ``k`` experts are a
+uniform draw from ``E``; with groups, ``group_topk`` of the ``num_groups`` groups are
+drawn, then ``k`` experts from those groups.
+
+Overlap (``exposed`` windows, comm/overlap.py):
+
+- ``overlap_moe_expert_parallel_comm`` (megatron-core >= 0.14, "EP A2A overlap"): in the
+  steady state of the 1F1B schedules the forward of one microbatch and the backward of
+  another run merged, layer by layer, and each one's dispatch / combine hides behind the
+  other's compute (with ``delay_wgrad_compute`` the weight gradients fill the gaps). The
+  window of the layer's four collectives is the layer's forward plus backward compute.
+  Warm-up forwards and cool-down backwards are not merged: that fraction of microbatches
+  keeps its collectives exposed.
+- ``moe_shared_expert_overlap``: the shared experts run while the routed tokens travel:
+  forward collectives hide behind the shared experts' forward, backward behind theirs.
+- Otherwise dispatch and combine are exposed.
+"""
+from __future__ import annotations
+
+from math import comb
+
+from primus_ext.comm.collectives import all_gather_s, network_and_link_s, reduce_scatter_s
+from primus_ext.comm.groups import group_span
+from primus_ext.comm.overlap import exposed_s
+from primus_ext.project.costs import CommOp
+from primus_ext.spec.run import RunSpec
+
+_EP_OPS = (("dispatch", "fwd"), ("combine", "fwd"), ("combine_bwd", "bwd"),
+           ("dispatch_bwd", "bwd"))
+
+
+def _p_miss(total: int, avoid: int, draws: int) -> float:
+    """P(a uniform draw of ``draws`` of ``total`` items misses ``avoid`` given items)."""
+    if draws > total - avoid:
+        return 0.0
+    return comb(total - avoid, draws) / comb(total, draws)
+
+
+def expected_domains_hit(num_experts: int, topk: int, num_domains: int,
+                         num_groups: int | None = None,
+                         group_topk: int | None = None) -> float:
+    """Expected number of the ``num_domains`` domains (each holding ``E / K`` consecutive
+    experts) that a token's ``topk`` experts fall in, under uniform routing."""
+    e, k, kd = num_experts, topk, num_domains
+    if kd <= 1:
+        return 1.0
+    per_dom = e / kd
+    if not num_groups or not group_topk or group_topk >= num_groups:
+        miss = _p_miss(e, round(per_dom), k)
+        return kd * (1.0 - miss)
+    g, gk = num_groups, group_topk
+    per_grp = e // g
+    pool = gk * per_grp
+    if g >= kd:  # a domain holds g / K whole groups
+        in_dom = g // kd
+        miss = 0.0
+        for j in range(0, min(in_dom, gk) + 1):
+            p_j = comb(in_dom, j) * comb(g - in_dom, gk - j) / comb(g, gk)
+            miss += p_j * _p_miss(pool, j * per_grp, k)
+    else:  # a group spans K / g domains; the domain lies inside one group
+        p_chosen = gk / g
+        miss = (1 - p_chosen) + p_chosen * _p_miss(pool, round(per_dom), k)
+    return kd * (1.0 - miss)
+
+
+def _ep_bytes(spec: RunSpec, tokens: float, width_bytes: float) -> tuple[float, float]:
+    """(scale-up bytes, network bytes) of one dispatch on one rank."""
+    m, par = spec.model, spec.parallel
+    span = group_span(spec, "ep")
+    n, g, kd = span.size, span.ranks_per_domain, span.num_domains
+    copies = tokens * m.moe_router_topk * width_bytes
+    if par.moe_token_dispatcher_type == "flex" and kd > 1:
+        hit = expected_domains_hit(m.num_moe_experts, m.moe_router_topk, kd,
+                                   m.moe_router_num_groups, m.moe_router_group_topk)
+        remote = hit * (kd - 1) / kd
+        return copies * (g - 1) / g, tokens * width_bytes * remote
+    return copies * (g - 1) / n, copies * (n - g) / n
+
+
+def ep_comm_ops(spec: RunSpec, tokens: float, width_bytes: float, *,
+                layer_compute_s: float, shared_fwd_s: float, shared_bwd_s: float
+                ) -> list[CommOp]:
+    """The EP collectives of one MoE layer for one microbatch, with their exposure.
+
+    ``layer_compute_s``: the layer's forward + backward compute (the merged-schedule
+    window); ``shared_*_s``: the shared experts' compute of each phase."""
+    par = spec.parallel
+    hw = spec.cluster.hardware
+    span = group_span(spec, "ep")
+    if span.size <= 1:
+        return []
+    if par.moe_token_dispatcher_type == "allgather":
+        nbytes = tokens * width_bytes * span.size
+        one = {"dispatch": all_gather_s(hw, span, nbytes),
+               "combine": reduce_scatter_s(hw, span, nbytes)}
+        secs = {n: one[n.split("_")[0]] for n, _ in _EP_OPS}
+        coll = {"dispatch": "all_gather", "combine": "reduce_scatter",
+                "combine_bwd": "all_gather", "dispatch_bwd": "reduce_scatter"}
+        size = nbytes
+    else:
+        up, out = _ep_bytes(spec, tokens, width_bytes)
+        t = network_and_link_s(hw, span, up, out, a2a=True)
+        secs = {n: t for n, _ in _EP_OPS}
+        coll = {n: "all_to_all" for n, _ in _EP_OPS}
+        size = tokens * spec.model.moe_router_topk * width_bytes
+    total = sum(secs.values())
+    merged = merged_fraction(spec) if par.overlap_moe_expert_parallel_comm else 0.0
+    ops = []
+    for name, phase in _EP_OPS:
+        s = secs[name]
+        if merged > 0:
+            window = layer_compute_s * s / total
+            exp = merged * exposed_s(hw, s, window) + (1 - merged) * s
+        elif par.moe_shared_expert_overlap and (shared_fwd_s or shared_bwd_s):
+            w = shared_fwd_s if phase == "fwd" else shared_bwd_s
+            exp = exposed_s(hw, s, w / 2)  # two collectives per phase share the window
+        else:
+            exp = s
+        ops.append(CommOp(name=f"moe.ep_{name}", axis="ep", collective=coll[name],
+                          num_bytes=int(size), group_size=span.size, phase=phase,
+                          seconds=s, exposed_s=exp))
+    return ops
+
+
+def merged_fraction(spec: RunSpec) -> float:
+    """Share of a stage's forward passes that run merged with another microbatch's
+    backward (megatron-core's combined 1F1B): all but the warm-up forwards. For the
+    interleaved schedule the first stage warms up with ``(pp - 1) * 2 + (vpp - 1) *
+    group`` chunk forwards out of ``m * vpp`` (``get_pp_rank_microbatches``); without a
+    pipeline one forward runs alone."""
+    par = spec.parallel
+    m = spec.num_microbatches
+    total = m * par.vpp
+    if par.pp == 1:
+        warm = 1
+    else:
+        group = par.pp if m % par.pp == 0 else m
+        warm = min((par.pp - 1) * 2 + (par.vpp - 1) * group, total)
+    return max(total - warm, 0) / total

@@ -1,0 +1,211 @@
+"""What a published run's source documents about its recipe beyond the CSV columns.
+
+The reader (``published.py``) fills a row's gaps with these rules before it builds the
+RunSpec. Each rule is a documented fact about the software recipe a *source* used
+(a framework's performance recipes, a paper's stated schedule, a benchmark's default
+configuration), never a fitted number and never keyed to a single row; every rule that
+fires writes a note into the row's ``notes``. A column the row does fill always wins.
+
+Sources and what they document (citations are the public files read):
+
+- **NVIDIA performance tables** (NeMo performance summary 24.07, NeMo Framework 25.02 /
+  25.04, Megatron-Bridge 25.09+): the tables are produced with the frameworks'
+  *performance* recipes, which
+  - turn on TP communication overlap (userbuffers) whenever TP > 1: NeMo 1 launcher
+    ``conf/training/*/..._performance.yaml`` ``ub_tp_comm_overlap: True``; NeMo 2.0
+    ``scripts/performance`` ``MegatronCommOverlapCallback(tp_comm_overlap=True)``;
+    Megatron-Bridge ``scripts/performance/configs`` ``CommOverlapConfig(tp_comm_overlap=
+    tp > 1)`` / ``tp_comm_overlap_cfg=userbuffers_*``;
+  - reduce gradients in BF16: NeMo 1 ``optim.grad_sync_dtype: bf16``; NeMo 2.0 FP8
+    ``plugins.grad_reduce_in_fp32 = False``; Megatron-Bridge ``set_*_common_configs``
+    ``ddp.grad_reduce_in_fp32 = False``;
+  - (NeMo 2.0 and Megatron-Bridge) fuse the cross-entropy: ``cross_entropy_loss_fusion =
+    True`` in NeMo 2.0's ``GPTConfig`` and Megatron-Bridge's GPT model providers;
+  - use no activation recompute for pre-training unless the recipe names modules: NeMo
+    2.0 ``recommended_model_configs/model_configs_{h100,b200,gb200}.csv`` have
+    ``recompute_layers = 0`` for every pre-training row; Megatron-Bridge Llama 3 / 3.1 and
+    Qwen3 configs set ``recompute_granularity = None``; DeepSeek-V3 uses selective
+    recompute of ``mla_up_proj`` (+ ``mlp`` on H100) (``configs/deepseek``);
+  - DeepSeek-V3 (Megatron-Bridge ``deepseek_llm_pretrain.py``): on H100 the flex
+    dispatcher with DeepEP (``enable_deepep=True``) and ``set_moe_a2a_overlap_overrides``
+    (``overlap_moe_expert_parallel_comm=True``), layout ``Et|(tt|)*30mL``, no overlapped
+    grad reduce; on B200 / GB200 the all-to-all dispatcher with the recipe's layout map
+    (``[E + 4 layers] + [4 layers] * 14 + [1 layer + loss]``); ``moe_router_force_load_
+    balancing`` (balanced routing, as the projector assumes).
+  - NeMo 2.0 MoE recipes with the all-to-all dispatcher overlap the shared experts
+    (``moe_shared_expert_overlap = True``; Mixtral has none, so it changes nothing there).
+- **Llama 3 paper** (arXiv 2407.21783, Sec. 3.3.2): an interleaved schedule with V stages
+  per pipeline rank, one Transformer layer removed from the first and from the last stage
+  so that "the first model chunk on the first stage has only the embedding, and the last
+  model chunk on the last stage has only output projection and loss". V is not printed;
+  the smallest V > 1 for which the remaining ``pp * V - 2`` chunks hold the same number of
+  layers is taken (126 layers, PP 16: V = 8, one layer per chunk). Gradients are
+  reduce-scattered in FP32 (same section), the default here. "With these optimizations,
+  we could pretrain Llama 3 on sequences of 8K tokens without activation checkpointing":
+  no recompute where a rank holds at most 8K tokens (seq / cp).
+- **torchtitan benchmarks** (``benchmarks/llama3_h100_202412_torchtitan.md`` at 9dec370):
+  ``pipeline_parallel_microbatches`` defaults to the PP degree
+  (``parallelisms/pipeline_llama.py``), so the local batch is split into PP microbatches;
+  multi-stage schedules (Interleaved 1F1B) default to 2 stages per rank
+  (``generate_split_points``); attention is ``F.scaled_dot_product_attention`` whose
+  flash backend is FlashAttention-2 (context parallelism supports only the flash and
+  efficient backends); context parallelism exchanges K/V with
+  ``context_parallel_rotate_method = "allgather"``; AsyncTP overlaps the TP collectives
+  with the GEMMs.
+- **llm-foundry MPT benchmarks** (``scripts/train/benchmarking``): ``attn_impl: flash``
+  is the flash-attn 2 package (FA2); the benchmark tables run FSDP with mixed precision
+  ``DEFAULT`` (gradients reduced in FP32) unless the row says ``PURE`` (BF16 reduce).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+NVIDIA_PERF_SOURCES = ("NeMo-perf-summary", "NeMo-FW-perf-summary", "MegatronBridge-perf")
+
+
+@dataclass
+class Recipe:
+    """Overrides for ParallelSpec / TrainSpec keyword arguments, and their notes."""
+    parallel: dict = field(default_factory=dict)
+    train: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+    sets_recompute: bool = False  # the recipe states the recompute setting
+
+    def set(self, where: str, key: str, value, note: str) -> None:
+        getattr(self, where)[key] = value
+        self.notes.append(f"{key}={value!r} ({note})")
+
+
+@dataclass(frozen=True)
+class RowFacts:
+    """What the rules read from a row (the reader fills it)."""
+    source: str
+    model_preset: str | None
+    gpu: str
+    notes: str
+    num_layers: int
+    is_moe: bool
+    tp: int
+    pp: int
+    cp: int
+    dp: int
+    vpp: int
+    vp_stated: bool  # the row's vp column is filled
+    mbs_stated: bool
+    gbs: int | None
+    seq: int
+    recompute_stated: bool
+
+
+def recipe_for(f: RowFacts) -> Recipe:
+    rec = Recipe()
+    if f.source.startswith(NVIDIA_PERF_SOURCES):
+        _nvidia_perf(f, rec)
+    elif f.source.startswith("Llama3-paper"):
+        _llama3_paper(f, rec)
+    elif f.source.startswith("torchtitan"):
+        _torchtitan(f, rec)
+    elif f.source.startswith("llm-foundry"):
+        _llm_foundry(f, rec)
+    return rec
+
+
+def _nvidia_perf(f: RowFacts, rec: Recipe) -> None:
+    src = "NVIDIA performance recipe"
+    if f.tp > 1:
+        rec.set("parallel", "tp_comm_overlap", True,
+                f"{src}: TP communication overlap on whenever TP > 1")
+    rec.set("parallel", "grad_reduce_in_fp32", False,
+            f"{src}: gradients reduced in BF16")
+    if not f.source.startswith("NeMo-perf-summary"):
+        rec.set("train", "cross_entropy_loss_fusion", True,
+                f"{src}: NeMo 2.0 GPTConfig / Megatron-Bridge GPT providers default")
+    dsv3 = f.model_preset == "deepseek_v3"
+    if not f.recompute_stated:
+        rec.sets_recompute = True
+        if dsv3 and f.source.startswith("MegatronBridge"):
+            mods = ("mla_up_proj", "mlp") if f.gpu.upper() == "H100" else ("mla_up_proj",)
+            rec.set("train", "recompute_granularity", "selective",
+                    f"{src}: DeepSeek-V3 selective recompute")
+            rec.set("train", "recompute_modules", mods,
+                    f"{src}: configs/deepseek recompute_modules")
+        else:
+            rec.notes.append(f"recompute: none ({src}: no recompute for pre-training "
+                             "(recompute_layers=0 / recompute_granularity=None))")
+    if dsv3 and f.source.startswith("MegatronBridge"):
+        _dsv3_bridge(f, rec)
+    elif f.is_moe and f.source.startswith("NeMo-FW"):
+        rec.set("parallel", "moe_shared_expert_overlap", True,
+                f"{src}: NeMo 2.0 all-to-all dispatcher with shared-expert overlap")
+
+
+def _dsv3_bridge(f: RowFacts, rec: Recipe) -> None:
+    src = "Megatron-Bridge DeepSeek-V3 performance config"
+    pp = f.pp
+    if f.gpu.upper() == "H100":
+        rec.set("parallel", "moe_token_dispatcher_type", "flex", f"{src}: DeepEP on H100")
+        rec.set("parallel", "overlap_moe_expert_parallel_comm", True,
+                f"{src}: set_moe_a2a_overlap_overrides")
+        rec.set("parallel", "overlap_grad_reduce", False,
+                f"{src}: overlap_grad_reduce disabled on H100")
+        layout = (1,) + (2,) * 30 + (0,)  # Et|(tt|)*30mL over pp*vp = 32 chunks
+    else:
+        layout = (4,) * 15 + (1,)  # [E+4] + [4]*14 + [1+L] over 16 virtual stages
+    if f.num_layers == sum(layout) and len(layout) == f.pp * f.vpp:
+        vp = f.vpp
+        rec.set("parallel", "pipeline_layout", layout, f"{src}: pipeline layout for "
+                f"pp={pp}, vp={vp} (MTP and loss on the last virtual stage)")
+
+
+def _llama3_paper(f: RowFacts, rec: Recipe) -> None:
+    if not f.recompute_stated and f.seq // f.cp <= 8192:
+        rec.sets_recompute = True
+        rec.notes.append("recompute: none (Llama 3 paper Sec. 3.3.2: with these memory "
+                         "optimisations Llama 3 pre-trains on 8K-token sequences without "
+                         "activation checkpointing; here seq/cp <= 8192 tokens per rank)")
+    if f.pp == 1 or f.vp_stated:
+        return
+    for v in range(2, 65):
+        chunks = f.pp * v - 2
+        if chunks > 0 and f.num_layers % chunks == 0:
+            per = f.num_layers // chunks
+            rec.set("parallel", "vpp", v, "Llama 3 paper Sec. 3.3.2: interleaved schedule; "
+                    "smallest V with equal layers per chunk once the first and last chunks "
+                    "hold only the embedding and the output layer with the loss")
+            rec.set("parallel", "pipeline_layout", (0,) + (per,) * chunks + (0,),
+                    "Llama 3 paper Sec. 3.3.2: first chunk embedding only, last chunk "
+                    "output projection and loss only")
+            return
+
+
+_LOCAL_BATCH = re.compile(r"local batch (?:size )?(\d+)", re.I)
+
+
+def _torchtitan(f: RowFacts, rec: Recipe) -> None:
+    src = "torchtitan"
+    rec.set("train", "flash_attn_impl", "fa2",
+            f"{src}: F.scaled_dot_product_attention flash backend (FlashAttention-2)")
+    if f.cp > 1:
+        rec.set("parallel", "cp_comm_type", "allgather",
+                f"{src}: context_parallel_rotate_method default 'allgather'")
+    if re.search(r"async\s*tp", f.notes, re.I) and f.tp > 1:
+        rec.set("parallel", "tp_comm_overlap", True, f"{src}: AsyncTP")
+    if f.pp > 1:
+        if not f.vp_stated and re.search(r"interleaved", f.notes, re.I):
+            rec.set("parallel", "vpp", 2, f"{src}: multi-stage schedules default to 2 "
+                    "stages per rank (generate_split_points)")
+        if not f.mbs_stated and f.gbs:
+            local = f.gbs // f.dp
+            if local % f.pp == 0:
+                rec.set("train", "micro_batch_size", local // f.pp,
+                        f"{src}: local batch {local} split into pipeline_parallel_"
+                        f"microbatches = pp = {f.pp} microbatches")
+
+
+def _llm_foundry(f: RowFacts, rec: Recipe) -> None:
+    src = "llm-foundry"
+    rec.set("train", "flash_attn_impl", "fa2", f"{src}: attn_impl flash = flash-attn 2")
+    if re.search(r"\bpure\b", f.notes, re.I):
+        rec.set("parallel", "grad_reduce_in_fp32", False,
+                f"{src}: FSDP mixed_precision PURE (gradients reduced in BF16)")
