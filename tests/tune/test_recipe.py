@@ -18,6 +18,7 @@ from primus_ext.emit.megatron_flags import megatron_argv, torchrun_script
 from primus_ext.emit.overrides import hydra_value, spec_overrides
 from primus_ext.project.estimate import project
 from primus_ext.tune.run import tune
+from primus_ext.tune.settings import SpaceSettings
 from primus_ext.tune.space import SearchSpace
 
 LLAMA = ["model=llama3.1_70b", "cluster.num_nodes=8", "train.global_batch_size=128",
@@ -93,10 +94,12 @@ def test_megatron_args_parse_back_into_the_winner(llama_recipe, monkeypatch):
     assert spec == result.best_spec
 
 
-_SPACES = {name: SearchSpace(compose(ov)) for name, ov in
-           (("llama", LLAMA), ("mixtral", MIXTRAL),
+_SPACES = {name: SearchSpace(compose(ov), SpaceSettings(values=axes)) for name, ov, axes in
+           (("llama", LLAMA, {}), ("mixtral", MIXTRAL, {"cp": (1, 2)}),
             ("deepseek", ["model=deepseek_v3", "cluster.num_nodes=32",
-                          "train.global_batch_size=1024", "train.seq_length=4096"]))}
+                          "train.global_batch_size=1024", "train.seq_length=4096"],
+             {"tp": (1, 2, 8), "pp": (8, 16), "vpp": (1, 2), "cp": (1,),
+              "ep": (8, 32), "micro_batch_size": (1, 2)}))}
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
