@@ -130,7 +130,8 @@ def plot_timeline(estimate, path) -> Path:
     chunks = f", {tl.num_chunks} chunks per stage" if tl.num_chunks > 1 else ""
     elided = (f"; steady state {windows[0][1]:,.0f}-{windows[1][0]:,.0f} ms not shown"
               if len(windows) > 1 else "")
-    fig.suptitle(f"simulated step: {tl.schedule} schedule, {p} stages x {m} microbatches"
+    stages = f"{p} stage{'s' if p > 1 else ''}"
+    fig.suptitle(f"simulated step: {tl.schedule} schedule, {stages} x {m} microbatches"
                  f"{chunks}\nstep {step_ms:,.1f} ms, pipeline bubble on the critical stage "
                  f"(stage {estimate.critical_stage}) {bubble:.1%}{elided}", fontsize=10)
     present = [k for k, rows in bars.items() if any(rows)] + ["bubble"]
