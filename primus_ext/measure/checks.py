@@ -117,6 +117,34 @@ def activation_check(profile: Profile, base: RunSpec, tol: float = 0.0) -> list[
     return rows
 
 
+def flops_check(profile: Profile, base: RunSpec, tol: float = 0.02) -> list[dict]:
+    """Executed FLOPs of one microbatch the tracer's run counted (``FlopCounterMode``:
+    matmuls and attention) against the simulate backend's ``fwd_flops``/``bwd_flops`` of
+    the measured layout: forward per decoder kind and output layer, and the total."""
+    from primus_ext.compute.backend import simulate_layer_costs
+    got = profile.step.get("executed_flops_per_microbatch") or {}
+    if not got:
+        return []
+    meas = _measured(profile, base)
+    sim = simulate_layer_costs(meas)
+    rows = []
+    for kind in ("dense", "moe", "output"):
+        key = f"{kind}_fwd_flops"
+        if key in got and kind in sim.kinds:
+            rows.append({"kind": kind, "axis": "fwd FLOPs", "captured_bytes": got[key],
+                         "model_bytes": sim.kinds[kind].fwd_flops,
+                         "status": _status(got[key], sim.kinds[kind].fwd_flops, tol)})
+    total = sum(sim.decoder_layer(i).fwd_flops + sim.decoder_layer(i).bwd_flops
+                for i in range(meas.model.num_layers))
+    total += sum(sim.kinds[k].fwd_flops + sim.kinds[k].bwd_flops
+                 for k in ("embedding", "output") if k in sim.kinds)
+    if "total_flops" in got:
+        rows.append({"kind": "microbatch", "axis": "fwd+bwd FLOPs",
+                     "captured_bytes": got["total_flops"], "model_bytes": total,
+                     "status": _status(got["total_flops"], total, tol)})
+    return rows
+
+
 def p2p_check(profile: Profile, target: RunSpec) -> list[dict]:
     """The pipeline probe's send bytes against the comm model's, for ``target``."""
     from primus_ext.comm.step_comm import p2p_bytes
@@ -134,6 +162,7 @@ def format_rows(rows: list[dict]) -> list[str]:
     for r in rows:
         label = " ".join(str(r[k]) for k in ("kind", "axis", "collective", "phase") if k in r)
         extra = f" (+{r['cpu_delta']:,} B CPU norms)" if r.get("cpu_delta") else ""
-        out.append(f"{label:<36} captured {r['captured_bytes']:>13,.0f} B  "
-                   f"model {r['model_bytes']:>13,.0f} B{extra}  {r['status']}")
+        unit = "" if "FLOPs" in str(r.get("axis", "")) else " B"
+        out.append(f"{label:<36} captured {r['captured_bytes']:>15,.0f}{unit}  "
+                   f"model {r['model_bytes']:>15,.0f}{unit}{extra}  {r['status']}")
     return out

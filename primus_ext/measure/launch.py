@@ -88,8 +88,8 @@ def _loss_everywhere(loss: float) -> float:
 
 
 def project_only(la, argv: list[str]) -> dict:
-    from primus_ext.measure.checks import activation_check, collective_check, format_rows, \
-        p2p_check
+    from primus_ext.measure.checks import activation_check, collective_check, flops_check, \
+        format_rows, p2p_check
     from primus_ext.measure.runner import MeasureOptions, measure
     from primus_ext.project.from_profile import project_from_profile, same_hardware
     opts = MeasureOptions(warmup=la.measure_warmup, repeats=la.measure_repeats,
@@ -118,7 +118,7 @@ def project_only(la, argv: list[str]) -> dict:
     for line in est.notes:
         print("  note: " + line)
     rows = collective_check(profile, la.spec) + activation_check(profile, la.spec) \
-        + p2p_check(profile, la.spec)
+        + p2p_check(profile, la.spec) + flops_check(profile, la.spec)
     if rows:
         print("captured vs models (the measured layout):")
         for line in format_rows(rows):

@@ -179,11 +179,14 @@ def _moe_pattern(freq: str | None, num_layers: int) -> tuple[int, int]:
 def _cluster(ns, mp: int) -> ClusterSpec:
     hw = hardware_preset(ns.target_hardware or os.environ.get("PRIMUS_TARGET_HARDWARE",
                                                               "h100"))
-    # Without target flags the target is the launched cluster (torchrun's env).
+    # Without target flags the target is the launched cluster (torchrun's env); with
+    # any of them, the target's nodes have the preset's size unless said otherwise.
+    targeted = bool(ns.target_nodes or ns.target_hardware or ns.target_gpus_per_node)
     local, world = _env_int("LOCAL_WORLD_SIZE"), _env_int("WORLD_SIZE")
-    gpn = ns.target_gpus_per_node or _env_int("GPUS_PER_NODE") or local or None
+    gpn = ns.target_gpus_per_node or _env_int("GPUS_PER_NODE") or (
+        None if targeted else local) or None
     nodes = ns.target_nodes or _env_int("NNODES") or (
-        world // local if world and local and not ns.target_gpus_per_node else None)
+        world // local if world and local and not targeted else None)
     if nodes is None:
         nodes = max(1, math.ceil(mp / (gpn or hw.gpus_per_node)))
     return ClusterSpec(hardware=hw, num_nodes=nodes, gpus_per_node=gpn)

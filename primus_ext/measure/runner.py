@@ -260,8 +260,13 @@ def _pipeline_probe(target: RunSpec, spec: RunSpec, world: int, warm: bool = Tru
                            dtype=str(t.precision))]
 
 
-def _activation_bytes(built: Built, spec: RunSpec) -> dict[str, int]:
-    """Saved-for-backward bytes per kind, per layer per microbatch (one forward)."""
+def _activation_bytes(built: Built, spec: RunSpec) -> tuple[dict[str, int], dict]:
+    """Saved-for-backward bytes per kind, per layer per microbatch (one forward), and the
+    executed FLOPs the ops of that microbatch performed (``FlopCounterMode``): forward
+    FLOPs per layer kind and the forward+backward total. Backward FLOPs are counted in
+    total only: autograd runs them outside the modules' hooks."""
+    from torch.utils.flop_counter import FlopCounterMode
+
     from primus_ext.measure.saved_tensors import SavedTensorCounter, gpt_scopes
     from primus_ext.measure.step import data_iterators, forward_step
     bare = built.bare()
@@ -270,10 +275,17 @@ def _activation_bytes(built: Built, spec: RunSpec) -> dict[str, int]:
     it = data_iterators(built, seed=99)[0]
     for c in built.model:
         c.zero_grad_buffer()
-    with counter.counting():
-        out, loss_fn = forward_step(it, built.model[0])
-        by_scope = counter.bytes_by_scope()
-    del out, loss_fn
+    flops = FlopCounterMode(display=False)
+    with flops:
+        with counter.counting():
+            out, loss_fn = forward_step(it, built.model[0])
+            by_scope = counter.bytes_by_scope()
+        fwd_counts = {k: sum(v.values()) for k, v in flops.get_flop_counts().items()}
+        fwd_total = flops.get_total_flops()
+        loss = loss_fn(out)[0]
+        loss.backward()
+        total = flops.get_total_flops()
+    del out, loss_fn, loss
     sums: dict[str, list[int]] = defaultdict(list)
     for scope, nbytes in by_scope.items():
         if scope.startswith("layer."):
@@ -282,7 +294,18 @@ def _activation_bytes(built: Built, spec: RunSpec) -> dict[str, int]:
     out_d = {k: int(sum(v) / len(v)) for k, v in sums.items()}
     out_d["embedding"] = int(by_scope.get("embedding", 0))
     out_d["output"] = int(by_scope.get("output_layer", 0) + by_scope.get("final_norm", 0))
-    return out_d
+    per_layer: dict[str, list[int]] = defaultdict(list)
+    out_flops = 0
+    for name, n in fwd_counts.items():
+        bits = name.split(".")
+        if len(bits) >= 2 and bits[-2] == "layers" and bits[-1].isdigit():
+            kind = "moe" if spec.model.is_moe_layer(int(bits[-1])) else "dense"
+            per_layer[kind].append(n)
+        elif bits[-1] == "output_layer":
+            out_flops += n
+    f = {f"{k}_fwd_flops": sum(v) / len(v) for k, v in per_layer.items()}
+    f.update(output_fwd_flops=out_flops, fwd_flops=fwd_total, total_flops=total)
+    return out_d, f
 
 
 def _mean_over_ranks(values: dict[str, int]) -> dict[str, int]:
@@ -407,12 +430,14 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
                      if not getattr(p, "allreduce", True))
 
     act: dict[str, int] = {}
+    flops: dict = {}
     if opts.count_activations:
         if down.spec.train.recompute_granularity is not None:
             del built
             teardown()
             built = build(down.spec, with_optimizer=False)
-        act = _mean_over_ranks(_activation_bytes(built, down.spec))
+        act, flops = _activation_bytes(built, down.spec)
+        act = _mean_over_ranks(act)
     del built
     teardown()
     seen += _pipeline_probe(target, timing_spec, world, warm=not capture)
@@ -430,6 +455,7 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
     step = {k: _median([s[k] for s in steps]) for k in ("step_s", "zero_grad_s", "fwd_bwd_s",
                                                    "optimizer_s")}
     step.update(num_microbatches=m, num_params_per_rank=int(num_params), capture_only=capture,
+                executed_flops_per_microbatch=flops,
                 num_expert_params_per_rank=int(num_expert),
                 loss=steps[-1]["loss"] if steps else None,
                 steps_s=[s["step_s"] for s in steps])

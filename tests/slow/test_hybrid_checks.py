@@ -5,7 +5,8 @@ on a tiny model for an H100 target: the downscaled megatron-core run is real, it
 collectives are traced with bytes and its saved activations counted. Per layer kind the
 captured collective bytes must equal the simulate backend's ``CommOp.num_bytes`` of the
 measured layout, the activation bytes the memory model's (plus the named CPU-only norm
-delta), and the pipeline probe's send the comm model's p2p bytes; the output must say
+delta), the executed FLOPs the simulate backend's, and the pipeline probe's send the comm
+model's p2p bytes; the output must say
 which parts were measured and which simulated.
 """
 from __future__ import annotations
@@ -18,7 +19,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
-from primus_ext.measure.checks import activation_check, collective_check, p2p_check  # noqa: E402,E501
+from primus_ext.measure.checks import activation_check, collective_check, flops_check, \
+    p2p_check  # noqa: E402
 from primus_ext.measure.megatron_args import parse_megatron_args  # noqa: E402
 from primus_ext.measure.profile import Profile  # noqa: E402
 
@@ -57,6 +59,8 @@ def test_captured_bytes_equal_the_models(name, tmp_path):
     assert acts and all(r["status"] == "match" for r in acts), acts
     if axis == "pp":
         rows += p2p_check(prof, target)
+    flops = flops_check(prof, target)
+    assert flops and all(r["status"] == "match" for r in flops), flops
     assert any(r.get("axis") == axis for r in rows), rows
     bad = [r for r in rows if r["status"] != "match"]
     assert not bad, bad
