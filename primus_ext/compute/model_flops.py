@@ -8,6 +8,8 @@ one more transformer layer plus their eh projection and an extra logits GEMM eac
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from primus_ext.spec.model import ModelSpec
 
 FORMULA_NAME = "megatron-lm num_floating_point_operations (causal attention halved)"
@@ -54,6 +56,7 @@ def layer_flops_per_token(model: ModelSpec, layer: int, seq_length: int) -> floa
     return attention_flops_per_token(model, seq_length) + mlp_flops_per_token(model, layer)
 
 
+@lru_cache(maxsize=1024)
 def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:
     """Training FLOPs per token (forward + backward) of the whole model."""
     total = sum(layer_flops_per_token(model, i, seq_length) for i in range(model.num_layers))

@@ -6,6 +6,9 @@ layers on the last (stage pp-1, chunk vpp-1). Exposed in-layer communication is 
 the phase that waits for it. Recompute is in the layer costs: the backend gives the
 layers that full recompute selects a kind of their own whose ``recompute_s`` is the whole
 forward, and selective recompute is in every decoder kind's ``recompute_s``.
+
+Layers of one kind cost the same, so each virtual stage is summed per kind (count x the
+kind's figures), not layer by layer: a 126-layer model costs a handful of additions.
 """
 from __future__ import annotations
 
@@ -28,9 +31,27 @@ class StageTimes:
     comm_s: tuple[dict[str, float], ...]
 
 
+def _figures(lc: LayerCost) -> tuple:
+    """(fwd, bwd_input, bwd_weight, compute, recompute, exposed comm by axis) of a kind,
+    as one layer of it adds to its virtual stage."""
+    r = lc.recompute_s
+    return (lc.fwd_total_s, lc.bwd_input_s + r + lc.bwd_comm_s, lc.bwd_weight_s,
+            lc.fwd_s + lc.bwd_input_s + lc.bwd_weight_s, r, lc.exposed_comm_by_axis())
+
+
+def _kind_counts(costs: LayerCosts, first: int, n: int) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    kinds = costs.decoder_kinds
+    for i in range(first, first + n):
+        k = kinds[i]
+        counts[k] = counts.get(k, 0) + 1
+    return counts
+
+
 def stage_times(spec: RunSpec, costs: LayerCosts) -> StageTimes:
     layout = spec.layout
     pp, vpp = layout.pp, layout.vpp
+    figs = {name: _figures(lc) for name, lc in costs.kinds.items()}
     fwd = [[0.0] * vpp for _ in range(pp)]
     bwd_in = [[0.0] * vpp for _ in range(pp)]
     bwd_w = [[0.0] * vpp for _ in range(pp)]
@@ -38,27 +59,28 @@ def stage_times(spec: RunSpec, costs: LayerCosts) -> StageTimes:
     recompute = [0.0] * pp
     comm: list[dict[str, float]] = [{} for _ in range(pp)]
 
-    def add(s: int, c: int, lc: LayerCost) -> None:
-        r = lc.recompute_s
-        fwd[s][c] += lc.fwd_total_s
-        bwd_in[s][c] += lc.bwd_input_s + r + lc.bwd_comm_s
-        bwd_w[s][c] += lc.bwd_weight_s
-        compute[s] += lc.fwd_s + lc.bwd_input_s + lc.bwd_weight_s
-        recompute[s] += r
-        for axis, x in lc.exposed_comm_by_axis().items():
-            comm[s][axis] = comm[s].get(axis, 0.0) + x
+    def add(s: int, c: int, name: str, count: int = 1) -> None:
+        f, bi, bw, comp, rec, by_axis = figs[name]
+        fwd[s][c] += count * f
+        bwd_in[s][c] += count * bi
+        bwd_w[s][c] += count * bw
+        compute[s] += count * comp
+        recompute[s] += count * rec
+        cs = comm[s]
+        for axis, x in by_axis.items():
+            cs[axis] = cs.get(axis, 0.0) + count * x
 
     for s in range(pp):
         for c in range(vpp):
-            first = layout.first_layer(s, c)
-            for i in range(layout.num_layers(s, c)):
-                add(s, c, costs.decoder_layer(first + i))
+            counts = _kind_counts(costs, layout.first_layer(s, c), layout.num_layers(s, c))
+            for name, n in counts.items():
+                add(s, c, name, n)
     if "embedding" in costs.kinds:
-        add(0, 0, costs.kinds["embedding"])
+        add(0, 0, "embedding")
     if "output" in costs.kinds:
-        add(pp - 1, vpp - 1, costs.kinds["output"])
+        add(pp - 1, vpp - 1, "output")
     if spec.model.mtp_num_layers and "mtp" in costs.kinds:
-        add(pp - 1, vpp - 1, costs.kinds["mtp"])  # the entry covers every MTP layer
+        add(pp - 1, vpp - 1, "mtp")  # the entry covers every MTP layer
     freeze = lambda rows: tuple(tuple(r) for r in rows)  # noqa: E731
     return StageTimes(fwd_s=freeze(fwd), bwd_input_s=freeze(bwd_in),
                       bwd_weight_s=freeze(bwd_w), compute_s=tuple(compute),
