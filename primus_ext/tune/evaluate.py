@@ -8,6 +8,7 @@ search and the report.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import time
@@ -149,6 +150,7 @@ class Evaluator:
         self.num_projected = 0
         self.start = time.monotonic()
         self.best: Trial | None = None
+        self._cap: tuple[int, float] | None = None
 
     # ---- budget -------------------------------------------------------------------
     @property
@@ -159,7 +161,26 @@ class Evaluator:
         s = self.settings
         if self.num_checked >= s.max_candidates:
             return False
+        if self._cap is not None and (self.num_checked >= self._cap[0]
+                                      or self.elapsed_s >= self._cap[1]):
+            return False
         return s.max_seconds is None or self.elapsed_s < s.max_seconds
+
+    @contextlib.contextmanager
+    def limit(self, candidates: int, seconds: float | None):
+        """A share of the budget: at most ``candidates`` more, ``seconds`` more."""
+        old = self._cap
+        self._cap = (self.num_checked + candidates,
+                     self.elapsed_s + (seconds if seconds is not None else float("inf")))
+        try:
+            yield
+        finally:
+            self._cap = old
+
+    def remaining(self) -> tuple[int, float | None]:
+        s = self.settings
+        secs = None if s.max_seconds is None else max(s.max_seconds - self.elapsed_s, 0.0)
+        return max(s.max_candidates - self.num_checked, 0), secs
 
     # ---- resume ---------------------------------------------------------------------
     def preload(self, trial: Trial) -> None:

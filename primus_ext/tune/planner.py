@@ -92,10 +92,13 @@ def working_start(ev: Evaluator, user: Trial) -> Trial:
     return start
 
 
-def sweep_points(space: SearchSpace, center: Point) -> list[Point]:
+def sweep_points(space: SearchSpace, center: Point, fixed: tuple[str, ...] = ()
+                 ) -> list[Point]:
     """Every other value of each axis with the rest at ``center``, legal ones only."""
     out, seen = [], {center}
     for axis in SWEEP_ORDER:
+        if axis in fixed:
+            continue
         for v in space.axes[axis]:
             if v == center[IDX[axis]]:
                 continue
@@ -106,17 +109,19 @@ def sweep_points(space: SearchSpace, center: Point) -> list[Point]:
     return out
 
 
-def plan(ev: Evaluator, baseline: Point) -> tuple[Trial, Trial, list[Trial]]:
+def plan(ev: Evaluator, baseline: Point, source: str = "baseline",
+         fixed: tuple[str, ...] = ()) -> tuple[Trial, Trial, list[Trial]]:
     """Evaluate the seeds: (user baseline, working baseline, every seed trial). The
-    user's baseline is always evaluated; the budget may cut the rest short."""
-    user = ev.evaluate(baseline, "baseline", enforce_budget=False)
+    user's baseline is always evaluated; the budget may cut the rest short. ``fixed``
+    axes are not swept (the cluster, when each cluster is planned on its own)."""
+    user = ev.evaluate(baseline, source, enforce_budget=False)
     try:
         start = working_start(ev, user)
     except BudgetExhausted:
         return user, ev.best or user, [t for t in ev.trials if t.verdict == "ok"]
     seeds = [start]
     try:
-        for p in sweep_points(ev.space, start.point):
+        for p in sweep_points(ev.space, start.point, fixed):
             seeds.append(relieve(ev, ev.evaluate(p, "planner"), "planner"))
     except BudgetExhausted:
         pass

@@ -143,8 +143,10 @@ def tune(spec_or_overrides: RunSpec | Sequence[str], settings: TuneSettings | di
     log.info("search space: %d raw points, %d distinct, %d legal (%.2f s)", space.num_raw,
              space.num_distinct, num_legal, time.monotonic() - t0)
     strategy = settings.strategy
-    if strategy == "auto":
-        strategy = "exhaustive" if num_legal <= settings.max_candidates else "guided"
+    clusters = [(n, h) for n in space.axes["num_nodes"] for h in space.axes["hardware"]]
+    if strategy == "auto":  # the candidate budget is per cluster
+        budget = settings.max_candidates * len(clusters)
+        strategy = "exhaustive" if num_legal <= budget else "guided"
 
     out_dir = Path(settings.out_dir) if (settings.out_dir and write) else None
     journal = None
@@ -155,7 +157,8 @@ def tune(spec_or_overrides: RunSpec | Sequence[str], settings: TuneSettings | di
                           resume=settings.resume)
     from primus_ext.emit.progress import TuneProgress
     progress = TuneProgress(settings, num_legal if strategy == "exhaustive"
-                            else settings.max_candidates) if settings.progress else None
+                            else settings.max_candidates * len(clusters)) \
+        if settings.progress else None
     ev = Evaluator(space, settings, memory_fn=memory_fn, project_fn=project_fn,
                    journal=journal, on_trial=progress.update if progress else None)
     if journal is not None:
@@ -174,7 +177,8 @@ def tune(spec_or_overrides: RunSpec | Sequence[str], settings: TuneSettings | di
         if progress:
             progress.start(f"search space: {space.num_raw:,} points, {space.num_distinct:,} "
                            f"distinct, {num_legal:,} legal; strategy {strategy}")
-        user, start, seeds = plan(ev, point_of(base))
+        fixed = CLUSTER_AXES if len(clusters) > 1 and strategy == "guided" else ()
+        user, start, seeds = plan(ev, point_of(base), fixed=fixed)
         reference = find_reference(base, settings.reference)
         if reference is not None and reference.same_job:
             ref_trial = ev.evaluate(point_of(reference.spec), "reference",
@@ -182,8 +186,10 @@ def tune(spec_or_overrides: RunSpec | Sequence[str], settings: TuneSettings | di
         try:
             if strategy == "exhaustive":
                 exhaustive(ev)
-            else:
+            elif not fixed:
                 guided(ev, seeds + ([ref_trial] if ref_trial else []), settings.restarts)
+            else:
+                _plan_clusters(ev, clusters, point_of(base), seeds, settings.restarts)
         except BudgetExhausted:
             pass
         if settings.llm.enabled:
@@ -232,6 +238,34 @@ def tune(spec_or_overrides: RunSpec | Sequence[str], settings: TuneSettings | di
         result.files = write_recipe(result, out_dir, user_overrides,
                                     project_fn=project_fn)
     return result
+
+
+CLUSTER_AXES = ("num_nodes", "hardware")
+
+
+def _plan_clusters(ev: Evaluator, clusters: list, base_point, base_seeds: list[Trial],
+                   restarts: int) -> None:
+    """Cluster planning: each (num_nodes, hardware) gets its own planner seeds and
+    guided search; the candidate budget applies to each cluster, the time budget is
+    shared evenly by what is left of it."""
+    space = ev.space
+    ev.settings = ev.settings.replace(
+        max_candidates=ev.settings.max_candidates * len(clusters))
+    per_cluster = ev.settings.max_candidates // len(clusters)
+    for i, (n, h) in enumerate(clusters):
+        _, secs = ev.remaining()
+        left = len(clusters) - i
+        with ev.limit(per_cluster, None if secs is None else secs / left):
+            try:
+                start = space.vary(base_point, num_nodes=n, hardware=h)
+                if start == space.vary(base_point):
+                    seeds = base_seeds
+                else:
+                    _, _, seeds = plan(ev, start, source="planner", fixed=CLUSTER_AXES)
+                if seeds:
+                    guided(ev, seeds, restarts, fixed=CLUSTER_AXES)
+            except BudgetExhausted:
+                continue
 
 
 def _run_llm(ev, settings, base, start, journal, client):

@@ -35,8 +35,8 @@ def exhaustive(ev: Evaluator, source: str = "exhaustive") -> None:
         ev.evaluate(p, source)
 
 
-def _sweeps(space) -> list[tuple[str, ...]]:
-    live = {a for a in SWEEP_ORDER if len(space.axes[a]) > 1}
+def _sweeps(space, fixed: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    live = {a for a in SWEEP_ORDER if len(space.axes[a]) > 1 and a not in fixed}
     singles = [(a,) for a in SWEEP_ORDER if a in live]
     pairs = [p for p in PAIRS if p[0] in live and p[1] in live]
     return singles + pairs
@@ -79,10 +79,11 @@ def _sweep(ev: Evaluator, center: Point, axes: tuple[str, ...]) -> list[Point]:
     return out
 
 
-def descend(ev: Evaluator, start: Trial, source: str = "search") -> Trial:
-    """Coordinate descent from ``start`` (a fitting, scored trial)."""
+def descend(ev: Evaluator, start: Trial, source: str = "search",
+            fixed: tuple[str, ...] = ()) -> Trial:
+    """Coordinate descent from ``start`` (a fitting, scored trial); ``fixed`` axes stay."""
     current = start
-    sweeps = _sweeps(ev.space)
+    sweeps = _sweeps(ev.space, fixed)
     improved = True
     while improved:
         improved = False
@@ -101,9 +102,15 @@ def _layout(point: Point) -> tuple:
     return tuple(point[IDX[a]] for a in _LAYOUT)
 
 
-def guided(ev: Evaluator, seeds: list[Trial], restarts: int) -> Trial | None:
-    """Descents from the best seeds of ``restarts`` distinct layouts."""
-    ranked = sorted((t for t in seeds if t.verdict == "ok"), key=lambda t: (-t.score, t.index))
+def guided(ev: Evaluator, seeds: list[Trial], restarts: int,
+           fixed: tuple[str, ...] = ()) -> Trial | None:
+    """Descents from the best seeds of ``restarts`` distinct layouts (with ``fixed``
+    axes held at the seeds' values: one cluster of a cluster-planning run)."""
+    def same(t: Trial) -> bool:
+        return all(t.point[IDX[a]] == seeds[0].point[IDX[a]] for a in fixed)
+
+    ranked = sorted((t for t in seeds if t.verdict == "ok" and same(t)),
+                    key=lambda t: (-t.score, t.index))
     best: Trial | None = ranked[0] if ranked else None
     tried: set = set()
     try:
@@ -112,12 +119,12 @@ def guided(ev: Evaluator, seeds: list[Trial], restarts: int) -> Trial | None:
             if start is None:
                 break
             tried.add(_layout(start.point))
-            end = descend(ev, start)
+            end = descend(ev, start, fixed=fixed)
             tried.add(_layout(end.point))
             if best is None or end.score > best.score:
                 best = end
             # Later starts: seeds re-ranked with everything learnt so far.
-            ranked = ev.ok_trials()
+            ranked = [t for t in ev.ok_trials() if same(t)]
     except BudgetExhausted:
         pass
-    return ev.best or best
+    return best

@@ -28,6 +28,9 @@ AXES = ("num_nodes", "hardware", "tp", "pp", "vpp", "cp", "ep", "etp",
         "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "schedule",
         "precision")
 IDX = {a: i for i, a in enumerate(AXES)}
+(_TP, _PP, _VPP, _EP, _ETP, _SHARD, _SP, _OPG, _TPO, _SCHED) = (
+    IDX[a] for a in ("tp", "pp", "vpp", "ep", "etp", "sharding", "sequence_parallel",
+                     "overlap_param_gather", "tp_comm_overlap", "schedule"))
 SHARDINGS = ("distributed_optimizer", "fsdp", "none")
 _UNEVEN_FIELDS = ("pipeline_layout", "decoder_first_pipeline_num_layers",
                   "decoder_last_pipeline_num_layers")
@@ -95,6 +98,8 @@ def describe(point: Point) -> str:
         flags.append("tp-overlap")
     if d["schedule"] not in ("auto", "1f1b", "interleaved"):
         flags.append(d["schedule"])
+    if d["precision"] != "bf16":
+        flags.append(d["precision"])
     return (f"TP{d['tp']} PP{d['pp']} VPP{d['vpp']} CP{d['cp']}{ep} MBS"
             f"{d['micro_batch_size']} rc={d['recompute']} {' '.join(flags)}")
 
@@ -238,22 +243,24 @@ class SearchSpace:
         return hit
 
     def normalize(self, point: Point) -> Point:
-        d = as_dict(point)
-        if d["tp"] == 1:
-            d["sequence_parallel"] = False
-        if not d["sequence_parallel"]:
-            d["tp_comm_overlap"] = False  # TE's userbuffer overlap needs SP
+        # Index-based: this runs for every raw point of the space.
+        d = list(point)
+        if d[_TP] == 1:
+            d[_SP] = False
+        if not d[_SP]:
+            d[_TPO] = False  # TE's userbuffer overlap needs SP
         if not self.base.model.is_moe:
-            d["ep"], d["etp"] = 1, None
-        elif d["etp"] == d["tp"]:
-            d["etp"] = None  # Megatron's default: expert TP = TP
-        if d["pp"] == 1:
-            d["vpp"] = 1
-        if d["schedule"] in ("1f1b", "interleaved") or d["pp"] == 1:
-            d["schedule"] = "auto"
-        if d["sharding"] == "none":
-            d["overlap_param_gather"] = False  # needs the distributed optimizer
-        return tuple(d[a] for a in AXES)
+            d[_EP], d[_ETP] = 1, None
+        elif d[_ETP] == d[_TP]:
+            d[_ETP] = None  # Megatron's default: expert TP = TP
+        if d[_PP] == 1:
+            d[_VPP] = 1
+            d[_SCHED] = "auto"
+        elif d[_SCHED] in ("1f1b", "interleaved"):
+            d[_SCHED] = "auto"
+        if d[_SHARD] == "none":
+            d[_OPG] = False  # needs the distributed optimizer
+        return tuple(d)
 
     def spec(self, point: Point) -> RunSpec | None:
         """The RunSpec of a normalised point, or None (see ``why``)."""
@@ -278,11 +285,11 @@ class SearchSpace:
         return self._why.get(point)
 
     def _skip(self, point: Point) -> str | None:
-        d = as_dict(point)
-        if d["schedule"] == "zb" and d["vpp"] > 1:
+        pp, vpp = point[_PP], point[_VPP]
+        if point[_SCHED] == "zb" and vpp > 1:
             return "zero-bubble schedule with vpp > 1"
-        if not self.uneven and self.base.model.num_layers % (d["pp"] * d["vpp"]) and not (
-                (d["pp"], d["vpp"]) == (self.base.parallel.pp, self.base.parallel.vpp)):
+        if not self.uneven and self.base.model.num_layers % (pp * vpp) and (
+                (pp, vpp) != (self.base.parallel.pp, self.base.parallel.vpp)):
             return "uneven pipeline split (tune.space.uneven_layouts=false)"
         return None
 

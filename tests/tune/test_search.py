@@ -114,3 +114,35 @@ def test_cost_objective_and_pareto():
 def test_cost_objective_needs_a_price():
     with pytest.raises(ValueError, match="gpu_hour_cost"):
         _tune(_spec(), strategy="guided", objective="cost")
+
+
+def test_cluster_planning_searches_every_cluster():
+    space = {"num_nodes": [4, 8], "hardware": ["h100", "h200"]}
+    ex, _ = _tune(_spec(), strategy="exhaustive", space=space)
+    gd, _ = _tune(_spec(), strategy="guided", space=space,
+                  budget={"candidates": 600, "seconds": None})
+    assert gd.strategy == "guided" and gd.stats["evaluated"] <= 4 * 600  # per cluster
+
+    def bests(r):
+        out = {}
+        for t in r.trials:
+            if t.verdict == "ok":
+                key = (t.metrics["hardware"], t.metrics["num_nodes"])
+                out[key] = max(out.get(key, 0.0), t.score)
+        return out
+
+    ex_b, gd_b = bests(ex), bests(gd)
+    assert set(gd_b) == set(ex_b) == {("h100", 4), ("h100", 8), ("h200", 4), ("h200", 8)}
+    for key, score in ex_b.items():
+        assert gd_b[key] >= 0.99 * score, key
+    assert len(gd.pareto) >= 1
+
+
+def test_public_entry_point_is_callable():
+    import primus_ext
+    import primus_ext.tune.run  # noqa: F401 - binds the subpackage on primus_ext
+
+    r = primus_ext.tune(_spec(tp=4, pp=4, sequence_parallel=True),
+                        {**SETTINGS, "strategy": "guided", "budget": {"candidates": 20}},
+                        memory_fn=fake_memory, project_fn=fake_project, write=False)
+    assert r.best is not None and r.stats["evaluated"] <= 20
