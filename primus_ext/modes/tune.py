@@ -30,8 +30,12 @@ def run(cfg) -> dict:
     out = result.to_dict()
     if cfg.output == "json":
         print_json(out)
-        return out
-    print_summary(result)
+    else:
+        print_summary(result)
+    if result.interrupted:  # Ctrl-C: the recipe of the best so far is written
+        print(f"primus-ext tune: interrupted; resume with tune.resume=true "
+              f"tune.out_dir={result.out_dir}", file=sys.stderr)
+        sys.exit(130)
     return out
 
 

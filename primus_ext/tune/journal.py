@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 from pathlib import Path
+
+log = logging.getLogger("primus_ext.tune")
 
 SCHEMA_VERSION = 1
 
@@ -66,6 +69,9 @@ class Journal:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.resumed: list[dict] = []
         header = {"kind": "header", "schema_version": SCHEMA_VERSION, **header}
+        if resume and not self.path.is_file():
+            log.warning("tune.resume=true: no journal at %s; starting afresh (resume needs "
+                        "the tune.out_dir of the interrupted run)", self.path)
         if resume and self.path.is_file():
             old, self.resumed, valid = read_journal(self.path)
             if old is not None and old.get("job_key") != header.get("job_key"):
