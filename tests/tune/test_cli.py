@@ -61,3 +61,37 @@ def test_bad_axis_is_one_clear_error(tmp_path):
     run = _app(["mode=tune", *JOB, "tune.space.tp=[3]"], tmp_path / "home", tmp_path)
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert "no legal layout" in run.stderr
+
+
+def test_ctrl_c_leaves_a_valid_journal_and_resume_continues(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "recipe"
+    args = ["mode=tune", *JOB[:4], "tune.strategy=exhaustive", f"tune.out_dir={out}"]
+    env = {**os.environ, "PRIMUS_EXT_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "primus_ext.cli", *args], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    journal = out / "trials.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if journal.is_file() and journal.read_text().count("\n") > 50:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "tune.resume=true" in err
+    lines = journal.read_text().splitlines()
+    records = [json.loads(x) for x in lines]  # every line whole
+    assert records[0]["kind"] == "header" and len(records) > 50
+    assert (out / "overrides.txt").is_file()
+    run = _app([*args[:-2], "tune.strategy=guided", "tune.budget.candidates=200",
+                f"tune.out_dir={out}", "tune.resume=true", "output=json"],
+               tmp_path / "home", tmp_path)
+    assert run.returncode == 0, run.stderr
+    after = [json.loads(x) for x in journal.read_text().splitlines()]
+    assert after[:len(records)] == records  # appended, never rewritten
+    keys = [json.dumps(r["candidate"], sort_keys=True) for r in after if r["kind"] == "trial"]
+    assert len(keys) == len(set(keys))
