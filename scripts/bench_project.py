@@ -1,0 +1,111 @@
+"""Wall time of one projection (RunSpec in, Estimate out) for the two big reference cases.
+
+Reported per case:
+
+- **first call**: the very first projection in the process (every cache empty: layer
+  costs, group spans, parameter counts, schedule plan, memory report);
+- **cold-ish median**: specs never projected before, varied in ``micro_batch_size`` /
+  ``global_batch_size`` / sequence length so that the per-spec caches (layer costs,
+  memory report, stage parameter counts) miss, while process-wide caches that a tuner
+  sweep would also keep (preset parsing, group spans of a layout, schedule plans already
+  built for the same pipeline shape) may hit. The memory model (primus_ext/memory, its
+  own module) is timed apart: its report is built first, then the projection;
+- **repeat median**: the same spec projected again (every cache hits).
+
+Cases (the acceptance cases of docs/accuracy.md):
+  Llama 3.1 405B on 1,024 H100: TP8 PP8 VPP8 CP2, GBS 1536, seq 8192, FP8;
+  DeepSeek-V3 on 1,024 H100: PP16 EP64, GBS 8192, seq 4096, FP8.
+
+Usage: python scripts/bench_project.py [--runs 40] [--profile]
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from primus_ext.memory.report import memory_report  # noqa: E402
+from primus_ext.presets import hardware_preset, model_preset  # noqa: E402
+from primus_ext.project.estimate import project  # noqa: E402
+from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec  # noqa: E402
+
+
+def cases() -> list[tuple[str, RunSpec]]:
+    h100 = hardware_preset("h100")
+    llama = ModelSpec(**model_preset("llama3.1_405b"))
+    dsv3 = ModelSpec(**model_preset("deepseek_v3"))
+    return [
+        ("llama3.1-405b 1024xH100 tp8 pp8 vpp8 cp2", RunSpec(
+            model=llama,
+            parallel=ParallelSpec(tp=8, pp=8, vpp=8, cp=2, sequence_parallel=True,
+                                  tp_comm_overlap=True),
+            train=TrainSpec(seq_length=8192, micro_batch_size=1, global_batch_size=1536,
+                            precision="fp8"),
+            cluster=ClusterSpec(hardware=h100, num_nodes=128))),
+        ("deepseek-v3 1024xH100 pp16 ep64", RunSpec(
+            model=dsv3, parallel=ParallelSpec(pp=16, ep=64, etp=1),
+            train=TrainSpec(seq_length=4096, micro_batch_size=1, global_batch_size=8192,
+                            precision="fp8", recompute_granularity="selective",
+                            recompute_modules=("mla_up_proj",)),
+            cluster=ClusterSpec(hardware=h100, num_nodes=128))),
+    ]
+
+
+def variants(spec: RunSpec, n: int) -> list[RunSpec]:
+    """``n`` distinct specs around ``spec``: micro-batch size, batch and sequence length
+    varied so that per-spec caches miss."""
+    out = []
+    t = spec.train
+    dp = spec.dp
+    for i in range(n):
+        mbs = (1, 2)[i % 2]
+        gbs = t.global_batch_size + dp * mbs * 8 * (i // 2 + 1)
+        seq = t.seq_length * (1, 2)[(i // 7) % 2]
+        out.append(replace(spec, train=replace(t, micro_batch_size=mbs,
+                                               global_batch_size=gbs, seq_length=seq)))
+    return out
+
+
+def _time(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=40)
+    ap.add_argument("--profile", action="store_true", help="cProfile the cold-ish calls")
+    args = ap.parse_args()
+    for name, spec in cases():
+        first = _time(lambda: project(spec))
+        specs = variants(spec, args.runs)
+        prof = cProfile.Profile() if args.profile else None
+        cold, mem = [], []
+        for s in specs:
+            if prof:
+                prof.enable()
+            mem.append(_time(lambda: memory_report(s)))  # the memory model, alone
+            cold.append(_time(lambda: project(s)))  # the projector (memory now cached)
+            if prof:
+                prof.disable()
+        repeat = [_time(lambda: project(spec)) for _ in range(args.runs)]
+        est = project(spec)
+        print(f"{name}: step {est.step_time_s:.2f} s, {est.tokens_per_s_per_gpu:.0f} "
+              f"tok/s/GPU | first call {first * 1e3:.1f} ms | cold-ish median "
+              f"{statistics.median(cold) * 1e3:.2f} ms projector + "
+              f"{statistics.median(mem) * 1e3:.2f} ms memory model | repeat median "
+              f"{statistics.median(repeat) * 1e3:.2f} ms")
+        if prof:
+            pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""The projector against published, measured training runs (the committed calibration).
+
+Every row of ``primus_ext/data/validation/published_runs.csv`` with a measured figure is
+projected with the committed per-hardware calibration (``mode=validate``'s default) and
+compared with the published tokens/s/GPU. The acceptance bounds of docs/accuracy.md:
+median |error| <= 10 %, 90th percentile <= 20 %, at most 3 rows that cannot be projected.
+"""
+from __future__ import annotations
+
+import pytest
+
+from primus_ext.modes.validate import validate
+from primus_ext.project.validate import percentile
+from primus_ext.published import DEFAULT_PATH
+
+
+@pytest.fixture(scope="module")
+def results():
+    return validate(DEFAULT_PATH, "default")
+
+
+def test_published_runs_within_the_accuracy_bounds(results):
+    errs = [abs(r.rel_error) for r in results if r.rel_error is not None]
+    unprojected = [r.run_id for r in results if r.estimate is None]
+    assert len(errs) >= 90
+    assert len(unprojected) <= 3, unprojected
+    assert percentile(errs, 50) <= 0.10
+    assert percentile(errs, 90) <= 0.20
+
+
+def test_every_gpu_kind_and_moe_are_covered_and_sane(results):
+    # No group of rows is wildly off even where the overall bounds hold.
+    by_gpu: dict[str, list[float]] = {}
+    for r in results:
+        if r.rel_error is not None:
+            by_gpu.setdefault(r.gpu, []).append(abs(r.rel_error))
+            by_gpu.setdefault(r.arch, []).append(abs(r.rel_error))
+    assert {"H100", "B200", "GB200", "moe", "dense"} <= set(by_gpu)
+    for group, errs in by_gpu.items():
+        assert percentile(errs, 50) <= 0.20, group
