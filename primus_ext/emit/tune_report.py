@@ -185,7 +185,10 @@ def _search(r) -> list[str]:
          f"normalisation, {sp['num_legal']:,} legal",
          f"- strategy {r.strategy}: {st['evaluated']:,} candidates evaluated, "
          f"{st['projected']:,} projected, in {st['seconds']:.1f} s "
-         f"(budget {st['budget']['candidates']} candidates, {st['budget']['seconds']} s)",
+         f"(budget {st['budget']['candidates']} candidates"
+         + (f" per cluster x {st['budget']['num_clusters']} clusters"
+            if st["budget"].get("num_clusters", 1) > 1 else "")
+         + f", {st['budget']['seconds']} s)",
          "- rejected: " + (", ".join(f"{k} {v}" for k, v in st["rejected_by_reason"].items())
                            or "none")]
     for k, v in sp["illegal_by_reason"].items():

@@ -221,7 +221,8 @@ def tune(spec_or_overrides: RunSpec | Sequence[str], settings: TuneSettings | di
     best = hybrid[0] if hybrid else ev.best
     stats = {**ev.stats(), "strategy": strategy,
              "budget": {"candidates": settings.max_candidates,
-                        "seconds": settings.max_seconds}}
+                        "seconds": settings.max_seconds,
+                        "num_clusters": len(clusters)}}
     result = TuneResult(best=best, best_spec=space.spec(best.point) if best else None,
                         baseline=user, start=start, base_spec=base, settings=settings,
                         strategy=strategy, space=space.summary(), stats=stats,

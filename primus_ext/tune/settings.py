@@ -140,7 +140,8 @@ class TuneSettings:
             raise ValueError(f"tune.llm.{bad[0]} is not an LLM setting; known: "
                              f"{', '.join(sorted(llm_known))}")
         data["llm"] = LLMSettings(**llm)
-        data["gpu_hour_cost"] = dict(data.get("gpu_hour_cost") or {})
+        data["gpu_hour_cost"] = {k: v for k, v in (data.get("gpu_hour_cost") or {}).items()
+                                 if v is not None}
         data.update(extra)
         return cls(**data)
 

@@ -182,3 +182,22 @@ def test_mixtral_report_shows_the_published_reference(tmp_path):
     assert "## Published reference layout (P097)" in text
     assert "3,534" in text and "Projected gain of the winner over the reference" in text
     assert f"{ref['projected']['tokens_per_s_per_gpu']:,.0f}" in text
+
+
+def test_cluster_planning_report_shows_the_pareto_front(tmp_path):
+    result = tune(LLAMA + SMALL + ["tune.space.num_nodes=[4,8]",
+                                   "tune.space.hardware=[h100,h200]", "tune.objective=cost",
+                                   "tune.gpu_hour_cost.h100=2.5",
+                                   "tune.gpu_hour_cost.h200=3.5", f"tune.out_dir={tmp_path}"])
+    assert result.pareto
+    ok = [t for t in result.trials if t.verdict == "ok"]
+    assert {(t.metrics["hardware"], t.metrics["num_nodes"]) for t in ok} == {
+        ("h100", 4), ("h100", 8), ("h200", 4), ("h200", 8)}
+    assert result.best.metrics["cost_per_mtok"] == min(t.metrics["cost_per_mtok"] for t in ok)
+    text = (tmp_path / "report.md").read_text()
+    assert "## Cluster planning: throughput against cost" in text and "cost/Mtok" in text
+    rows = [line for line in text.splitlines() if line.startswith("| * |")]
+    assert len(rows) == len(result.pareto)
+    # The winner's cluster is in overrides.txt.
+    overrides = (tmp_path / "overrides.txt").read_text().split()
+    assert compose(overrides) == result.best_spec
