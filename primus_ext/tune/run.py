@@ -82,21 +82,27 @@ def default_out_dir() -> Path:
     return Path(home) / "runs" / time.strftime("%Y-%m-%d_%H-%M-%S") / "recipe"
 
 
-def _from_overrides(overrides: Sequence[str], settings):
+def _from_overrides(overrides: Sequence[str]) -> tuple[RunSpec, dict, dict]:
+    """(spec, the composed tune group as a plain dict, calibration and profile)."""
     from omegaconf import OmegaConf
 
     from primus_ext.config import compose_cfg, spec_from_cfg
 
     cfg = compose_cfg(list(overrides))
-    spec = spec_from_cfg(cfg)
-    if settings is None:
-        data = OmegaConf.to_container(cfg.tune, resolve=False)
-        out = data.get("out_dir")
-        if isinstance(out, str) and "${" in out:
-            data["out_dir"] = str(default_out_dir())
-        settings = TuneSettings.from_dict(data, calibration=cfg.get("calibration", "default"),
-                                          profile=cfg.get("profile"))
-    return spec, settings
+    data = OmegaConf.to_container(cfg.tune, resolve=False)
+    out = data.get("out_dir")
+    if isinstance(out, str) and "${" in out:  # ${hydra:...} needs a Hydra run
+        data["out_dir"] = str(default_out_dir())
+    extra = {"calibration": cfg.get("calibration", "default"), "profile": cfg.get("profile")}
+    return spec_from_cfg(cfg), data, extra
+
+
+def _merge(base: dict, top: dict) -> dict:
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) \
+            else v
+    return out
 
 
 def _job(spec: RunSpec) -> dict:
@@ -125,14 +131,13 @@ def tune(spec_or_overrides: RunSpec | Sequence[str], settings: TuneSettings | di
     if isinstance(spec_or_overrides, RunSpec):
         base = spec_or_overrides
         user_overrides = list(overrides) if overrides is not None else None
+        if isinstance(settings, dict):
+            settings = TuneSettings.from_dict(settings)
     else:
         user_overrides = list(spec_or_overrides)
-        base, composed = _from_overrides(user_overrides, settings if not isinstance(
-            settings, dict) else None)
-        if settings is None:
-            settings = composed
-    if isinstance(settings, dict):
-        settings = TuneSettings.from_dict(settings)
+        base, composed, extra = _from_overrides(user_overrides)
+        if not isinstance(settings, TuneSettings):  # a dict refines the composed group
+            settings = TuneSettings.from_dict(_merge(composed, settings or {}), **extra)
     settings = settings or TuneSettings()
     from primus_ext.tune.hybrid import check_available
     check_available(settings)
@@ -201,13 +206,13 @@ def tune(spec_or_overrides: RunSpec | Sequence[str], settings: TuneSettings | di
         if user is None:
             user = ev.cache.get(space.normalize(point_of(base)))
         if user is None:
-            if journal is not None:
-                journal.close()
             raise
         start = start or user
     finally:
         if progress:
             progress.stop()
+        if journal is not None:
+            journal.close()
     scorer = None
     if settings.backend == "hybrid" and not interrupted and ev.best is not None:
         from primus_ext.tune.hybrid import ProfileScorer, rerank
@@ -232,8 +237,6 @@ def tune(spec_or_overrides: RunSpec | Sequence[str], settings: TuneSettings | di
     result.reference = _reference_entry(reference, ref_trial, ev, result, scorer)
     from primus_ext.tune.pareto import pareto_front
     result.pareto = pareto_front(ev.ok_trials(), space)
-    if journal is not None:
-        journal.close()
     if out_dir is not None and best is not None:
         from primus_ext.emit.recipe import write_recipe
         result.files = write_recipe(result, out_dir, user_overrides,
