@@ -51,7 +51,11 @@ Sources and what they document (citations are the public files read):
   flash backend is FlashAttention-2 (context parallelism supports only the flash and
   efficient backends); context parallelism exchanges K/V with
   ``context_parallel_rotate_method = "allgather"``; AsyncTP overlaps the TP collectives
-  with the GEMMs.
+  with the GEMMs; without torch.compile the model runs eager (norms, RoPE and SwiGLU as
+  chains of single-op kernels). Its selective activation checkpointing ("op" policy:
+  save matmul and attention outputs except every second matmul) is modelled as the
+  projector's selective recompute of core attention; the extra recompute of every second
+  matmul (about 1/6 more GEMM work) is not.
 - **llm-foundry MPT benchmarks** (``scripts/train/benchmarking``): ``attn_impl: flash``
   is the flash-attn 2 package (FA2); the benchmark tables run FSDP with mixed precision
   ``DEFAULT`` (gradients reduced in FP32) unless the row says ``PURE`` (BF16 reduce).
@@ -186,6 +190,10 @@ def _torchtitan(f: RowFacts, rec: Recipe) -> None:
     src = "torchtitan"
     rec.set("train", "flash_attn_impl", "fa2",
             f"{src}: F.scaled_dot_product_attention flash backend (FlashAttention-2)")
+    if not re.search(r"torch\.compile", f.notes, re.I):
+        rec.set("train", "fused_elementwise", False,
+                f"{src}: eager (no torch.compile): composite RMSNorm, complex RoPE, "
+                "SwiGLU as separate kernels")
     if f.cp > 1:
         rec.set("parallel", "cp_comm_type", "allgather",
                 f"{src}: context_parallel_rotate_method default 'allgather'")

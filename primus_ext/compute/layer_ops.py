@@ -45,6 +45,13 @@ def core_attention(sh: Shapes, *, window: int | None, d_qk: int, d_v: int,
 
 
 def _rope(sh: Shapes, tokens: float, width: float, module: str = "rope") -> OpCost:
+    """Rotary embedding of q and k: read and write once (fused). Eager complex-valued
+    RoPE (``train.fused_elementwise=False``): x.float() (read 2, write 4 B per element),
+    complex multiply (read 4, write 4), type_as (read 4, write 2): 20 B in 3 kernels, the
+    same backward."""
+    if not sh.train.fused_elementwise:
+        n = tokens * width
+        return memory_op(sh, "rope", module, 20 * n, 20 * n, fwd_kernels=3, bwd_kernels=3)
     e = tokens * width * sh.act_bytes
     return memory_op(sh, "rope", module, 2 * e, 2 * e)
 

@@ -110,8 +110,16 @@ def memory_op(sh: Shapes, name: str, module: str, fwd_bytes: float, bwd_bytes: f
 def norm(sh: Shapes, name: str, tokens: float, width: int, module: str = "layernorm"
          ) -> OpCost:
     """RMSNorm / LayerNorm: forward reads x, writes y; backward reads x and dy, writes dx
-    (the weight-gradient reduction is small and fused)."""
-    e = tokens * width * sh.act_bytes
+    (the weight-gradient reduction is small and fused).
+
+    Eager RMSNorm (``train.fused_elementwise=False``; torch's composite ``nn.RMSNorm``):
+    x.float() (read 2, write 4 B per element), pow (4, 4), mean (4), x * rsqrt (4, 4),
+    type_as (4, 2), * weight (2, 2): 36 B in 6 kernels; autograd's backward of that chain
+    moves about 60 B in 9 kernels. LayerNorm is one aten kernel, eager or not."""
+    n = tokens * width
+    if not sh.train.fused_elementwise and sh.model.normalization == "RMSNorm":
+        return memory_op(sh, name, module, 36 * n, 60 * n, fwd_kernels=6, bwd_kernels=9)
+    e = n * sh.act_bytes
     return memory_op(sh, name, module, 2 * e, 3 * e)
 
 
@@ -127,9 +135,13 @@ def bias_dropout_add(sh: Shapes, name: str, tokens: float, module: str = "bda") 
 def gated_activation(sh: Shapes, name: str, module: str, rows: float, width: float
                      ) -> OpCost:
     """SwiGLU (reads 2 halves, writes 1; backward reads 2 + dy, writes 2) or a plain
-    activation (reads and writes one; backward reads x and dy, writes dx)."""
+    activation (reads and writes one; backward reads x and dy, writes dx). Eager SwiGLU
+    (``silu(a) * b``, ``train.fused_elementwise=False``) writes silu(a) and reads it back:
+    5 element-passes forward in 2 kernels, 8 backward in 3."""
     e = rows * width * sh.act_bytes
     if sh.model.gated:
+        if not sh.train.fused_elementwise:
+            return memory_op(sh, name, module, 5 * e, 8 * e, fwd_kernels=2, bwd_kernels=3)
         return memory_op(sh, name, module, 3 * e, 5 * e)
     return memory_op(sh, name, module, 2 * e, 3 * e)
 

@@ -39,6 +39,11 @@ class TrainSpec:
     # (megatron-core fused_vocab_parallel_cross_entropy / TE parallel_cross_entropy);
     # off by default in megatron-core, on in the NeMo 2.0 / Megatron-Bridge GPT configs.
     cross_entropy_loss_fusion: bool = False
+    # Elementwise kernels fused (True: Megatron / Transformer Engine's fused RMSNorm, RoPE,
+    # SwiGLU and bias-dropout-add, or torch.compile). False: eager PyTorch, where RMSNorm,
+    # complex-valued RoPE and SwiGLU run as chains of single-op kernels with fp32
+    # intermediates (compute/ops.py counts their bytes).
+    fused_elementwise: bool = True
     optimizer: str = "adam"
     # Softmax of the unfused attention path saved in fp32 (megatron-core default True);
     # only matters for attention_backend=unfused.
