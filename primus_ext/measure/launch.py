@@ -56,9 +56,18 @@ def train(la) -> dict:
          f"{world} x {spec.cluster.hardware.name}: TP{p.tp} PP{p.pp} VPP{p.vpp} CP{p.cp} "
          f"EP{p.ep} DP{spec.dp}, {m} microbatches of {spec.train.micro_batch_size} x "
          f"{spec.train.seq_length}")
+    timer = None
+    if os.environ.get("PRIMUS_EXT_LAYER_TIMES") == "1":  # diagnostics: hooks on
+        from primus_ext.measure.hooks import LayerTimer
+        timer = LayerTimer(built.bare()).attach()
+        timer.enabled = True
     steps = []
     for it in range(1, la.train_iters + 1):
+        if timer is not None and it == 3:
+            timer.reset()
         r = train_step(built, iters, m)
+        if timer is not None:
+            timer.collect()
         r["loss"] = _loss_everywhere(r["loss"])  # only the last stage computes it
         steps.append(r)
         tok = spec.tokens_per_step / r["step_s"] / world
@@ -69,6 +78,10 @@ def train(la) -> dict:
     steady = sorted(s["step_s"] for s in steps[2:] or steps)
     median = steady[len(steady) // 2] if steady else float("nan")
     _say(f"primus-ext: median steady-state step time (s): {median:.6f}")
+    if timer is not None:
+        med = timer.medians()
+        for key in sorted(med):
+            print(f"  rank {rank} {key[0]} {key[1]}: {med[key] * 1e3:.3f} ms", flush=True)
     out = {"spec": dataclasses.asdict(spec.parallel), "world": world, "median_step_s": median,
            "steps": steps}
     dist.barrier()

@@ -382,7 +382,10 @@ def _contention(built: Built, timer: LayerTimer, iters, m: int, opts: MeasureOpt
             if base.get(k, 0) > 0 and t1 > 0:
                 ratios[k].append(t1 / base[k])
     timer.reset()
-    return {k: _median(v) for k, v in ratios.items()}
+    # Physical range: not faster than alone, not slower than sharing every busy core
+    # evenly (a larger ratio means a third party loaded the machine while timing).
+    top = float(free + dist.get_world_size())
+    return {k: min(max(_median(v), 1.0), top) for k, v in ratios.items()}
 
 
 def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile:
@@ -461,6 +464,8 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
                 steps_s=[s["step_s"] for s in steps])
     shapes = rank_shapes(timing_spec)
     shapes["attention_backend"] = "flash" if use_te else "unfused"
+    if shapes["precision"] == "fp8":
+        shapes["precision"] = "bf16"  # no FP8 autocast in the measured run
     p = timing_spec.parallel
     notes = ["patches: " + ", ".join(patches) if patches else "patches: none (CUDA)"]
     if opts.target_overrides:

@@ -47,7 +47,7 @@ ATTN_OPS = ("qkv", "q_proj", "q_down", "q_up", "kv_down", "kv_up", "qk_layernorm
             "core_attn", "proj", "q_layernorm", "kv_layernorm")
 OTHER_OPS = ("input_layernorm", "pre_mlp_layernorm", "attn_bda", "mlp_bda")
 # Shape keys that do not change kernel times of the same hardware.
-_NEUTRAL = ("precision", "activation", "normalization")
+_NEUTRAL = ("activation", "normalization")
 
 
 def measured_spec(profile: Profile, base: RunSpec) -> RunSpec:
@@ -161,7 +161,7 @@ def _measured_kind(profile: Profile, target: RunSpec, meas: RunSpec, name: str,
     if base in ("dense", "moe") and not same:
         hw = profile.hardware
         pt = _parts(_on(target, hw), base == "moe", window)
-        pm = _parts(_on(meas, hw), base == "moe", None)
+        pm = _parts(_as_measured(_on(meas, hw), profile), base == "moe", None)
         a, mlp = kt.parts.get("attn", {}), kt.parts.get("mlp", {})
         new = {}
         for ph, total in (("fwd", fwd_c), ("bwd", bwd_c)):
@@ -175,7 +175,8 @@ def _measured_kind(profile: Profile, target: RunSpec, meas: RunSpec, name: str,
         rules.append(f"{name}: rescaled by part (attention, MLP, norms/residuals) with the "
                      f"simulate backend's target/measured ratios on {hw}")
     elif base in ("embedding", "output") and not same:
-        simm = simulate_layer_costs(_on(meas, profile.hardware)).kinds.get(base)
+        simm = simulate_layer_costs(_as_measured(_on(meas, profile.hardware),
+                                                 profile)).kinds.get(base)
         simt = simulate_layer_costs(_on(target, profile.hardware)).kinds.get(base)
         if simm and simt:
             fwd_c *= _ratio(simt.fwd_s, simm.fwd_s)
@@ -200,6 +201,15 @@ def _measured_kind(profile: Profile, target: RunSpec, meas: RunSpec, name: str,
     comms, _ = _recost(profile, target, sim.comms)
     return dataclasses.replace(sim, fwd_s=fwd_c, bwd_input_s=bwd_c * (1 - w_frac),
                                bwd_weight_s=bwd_c * w_frac, recompute_s=rec, comms=comms)
+
+
+def _as_measured(spec: RunSpec, profile: Profile) -> RunSpec:
+    """``spec`` in the precision the profile really ran (FP8 targets are measured in
+    BF16)."""
+    prec = profile.measured_shapes.get("precision", spec.train.precision)
+    if prec == spec.train.precision:
+        return spec
+    return dataclasses.replace(spec, train=dataclasses.replace(spec.train, precision=prec))
 
 
 def _same_shapes(profile: Profile, target: RunSpec) -> bool:
