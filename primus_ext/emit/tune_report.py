@@ -16,7 +16,7 @@ def _f(v, nd=3) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
-        if abs(v) >= 1000:
+        if abs(v) >= 100:  # throughputs: whole tokens
             return f"{v:,.0f}"
         return f"{v:.{nd}f}"
     return str(v)
@@ -40,13 +40,16 @@ def _why(base: dict, win: dict) -> list[str]:
     deltas = sorted(((k, bb.get(k, 0.0) - wb.get(k, 0.0)) for k in _PARTS),
                     key=lambda kv: -abs(kv[1]))
     lines = []
+    saved = sum(d for _, d in deltas if d > 0)
     for k, d in deltas:
         if abs(d) < 1e-4 * max(base["step_time_s"], 1e-9):
             continue
-        share = f", {d / gain:.0%} of the gain" if gain > 0 and d > 0 else ""
         verb = "saves" if d > 0 else "costs"
         lines.append(f"- {k[:-2].replace('_', ' ')}: {bb.get(k, 0.0):.3f} s -> "
-                     f"{wb.get(k, 0.0):.3f} s ({verb} {abs(d):.3f} s{share})")
+                     f"{wb.get(k, 0.0):.3f} s ({verb} {abs(d):.3f} s)")
+    if lines:
+        lines.append(f"- net: {saved:.3f} s saved - {saved - gain:.3f} s spent = "
+                     f"{gain:.3f} s per step")
     return lines
 
 

@@ -49,7 +49,8 @@ def print_summary(result) -> None:
     rows = []
     for i, t in enumerate(top, 1):
         m = t.metrics
-        rows.append((i, describe(t.point), m["step_time_s"], m["tokens_per_s_per_gpu"],
+        rows.append((i, describe(t.point), m["step_time_s"],
+                     f"{m['tokens_per_s_per_gpu']:,.0f}",
                      f"{m['mfu']:.1%}", f"{gib(m['peak_memory_bytes']):.1f}", t.source))
     st = result.stats
     print_table(f"{result.base_spec.model.name}: top {len(top)} layouts "
