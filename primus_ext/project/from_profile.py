@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from primus_ext.comm.collectives import collective_s
 from primus_ext.comm.groups import group_span
 from primus_ext.compute.backend import simulate_layer_costs
 from primus_ext.compute.layer_ops import attention_ops, mlp_block_ops

@@ -71,7 +71,7 @@ def test_disabled_tracer_records_nothing(tracer):
 
 
 def test_size_classes_split_tokens_from_routing_weights():
-    from primus_ext.measure.runner import _size_classes
+    from primus_ext.measure.aggregate import _size_classes
     sizes = [262144, 250000, 270000, 1024, 990, 1100]
     assert _size_classes(sizes) == [(990, 1100), (250000, 270000)]
     assert _size_classes([5, 6, 7]) == [(5, 7)]

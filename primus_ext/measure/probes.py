@@ -1,0 +1,179 @@
+"""The passes of a measurement: timed steps with the hooks on, a device-synced trace
+(CUDA), the busy-node contention (CPU), the two-stage pipeline probe, and the one
+forward+backward that counts saved activations and executed FLOPs.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+import torch.distributed as dist
+
+from primus_ext.measure.aggregate import _kind_of, _median, _timings
+from primus_ext.measure.build import Built, build, teardown
+from primus_ext.measure.downscale import rank_shapes
+from primus_ext.measure.hooks import LayerTimer
+from primus_ext.measure.overrides import apply_overrides
+from primus_ext.measure.profile import CollectiveSeen
+from primus_ext.spec import RunSpec
+
+
+def _run_steps(built: Built, timer: LayerTimer, iters, m: int, warmup: int, repeats: int,
+               trace: bool = True) -> tuple[list[dict], list]:
+    """Warm-up then timed steps with the hooks on; (step results, traced records)."""
+    from primus_ext.measure.step import train_step
+    from primus_ext.measure.tracer import get_tracer
+    tracer = get_tracer()
+    tracer.scope_fn = timer.scope
+    steps = []
+    try:
+        for it in range(warmup + repeats):
+            if it == warmup:
+                timer.reset()
+                tracer.clear()
+            timer.enabled = True
+            tracer.enabled = trace
+            r = train_step(built, iters, m)
+            timer.collect()
+            if it >= warmup:
+                steps.append(r)
+    finally:
+        timer.enabled = False
+        tracer.enabled = False
+        tracer.scope_fn = lambda: ("step", "step")
+    records = list(tracer.records)
+    tracer.clear()
+    return steps, records
+
+
+def _synced_records(built: Built, timer: LayerTimer, iters, m: int) -> list:
+    """One step traced with a device sync around every collective (CUDA only: there
+    the plain trace holds launch times); layer timings of this step are discarded."""
+    import torch.cuda
+    from primus_ext.measure.tracer import get_tracer
+    tracer = get_tracer()
+    tracer.sync_fn = torch.cuda.synchronize
+    try:
+        _, records = _run_steps(built, timer, iters, m, 0, 1)
+    finally:
+        tracer.sync_fn = lambda: None
+    timer.reset()
+    return records
+
+
+def _pipeline_probe(target: RunSpec, spec: RunSpec, world: int, warm: bool = True
+                    ) -> list[CollectiveSeen]:
+    """When the target pipelines and two stages fit the launched processes: one step of
+    a two-stage pipeline of the measured layers, to capture the p2p sends."""
+    from primus_ext.measure.step import data_iterators
+    from primus_ext.measure.tracer import get_tracer
+    p = spec.parallel
+    inner = p.tp * p.cp
+    if target.parallel.pp == 1 or world % (2 * inner):
+        return []
+    dp = world // (2 * inner)
+    t = spec.train
+    probe = apply_overrides(spec, ["parallel.pp=2", f"train.global_batch_size="
+                                   f"{t.micro_batch_size * dp * 2}",
+                                   f"model.num_layers={max(spec.model.num_layers, 2)}"])
+    teardown()
+    built = build(probe, with_optimizer=warm)
+    tracer = get_tracer()
+    timer = LayerTimer(built.bare())  # not attached: only the scope function
+    if warm:
+        _run_steps(built, timer, data_iterators(built), 2, 1, 0, trace=False)
+    _, records = _run_steps(built, timer, data_iterators(built), 2, 0, 1)
+    teardown()
+    sends = [(r.in_bytes, r.seconds) for r in records if r.collective == "p2p" and r.in_bytes]
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, sends)
+    sends = [x for rows in everyone for x in rows]
+    if not sends:
+        return []
+    per_send = _median([b for b, _ in sends])
+    return [CollectiveSeen(kind="pipeline", part="p2p", op="batch_isend_irecv",
+                           collective="p2p", axis="pp", phase="step", group_size=2,
+                           num_bytes=per_send, count=len(sends) / world / 2,
+                           seconds=_median([x for _, x in sends]),
+                           dtype=str(t.precision))]
+
+
+def _activation_bytes(built: Built, spec: RunSpec) -> tuple[dict[str, int], dict]:
+    """Saved-for-backward bytes per kind, per layer per microbatch (one forward), and the
+    executed FLOPs the ops of that microbatch performed (``FlopCounterMode``): forward
+    FLOPs per layer kind and the forward+backward total. Backward FLOPs are counted in
+    total only: autograd runs them outside the modules' hooks."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from primus_ext.measure.saved_tensors import SavedTensorCounter, gpt_scopes
+    from primus_ext.measure.step import data_iterators, forward_step
+    bare = built.bare()
+    params = [p for c in built.model for p in c.parameters()]
+    counter = SavedTensorCounter(scopes=gpt_scopes(bare), params=params)
+    it = data_iterators(built, seed=99)[0]
+    for c in built.model:
+        c.zero_grad_buffer()
+    flops = FlopCounterMode(display=False)
+    with flops:
+        with counter.counting():
+            out, loss_fn = forward_step(it, built.model[0])
+            by_scope = counter.bytes_by_scope()
+        fwd_counts = {k: sum(v.values()) for k, v in flops.get_flop_counts().items()}
+        fwd_total = flops.get_total_flops()
+        loss = loss_fn(out)[0]
+        loss.backward()
+        total = flops.get_total_flops()
+    del out, loss_fn, loss
+    sums: dict[str, list[int]] = defaultdict(list)
+    for scope, nbytes in by_scope.items():
+        if scope.startswith("layer."):
+            kind, _ = _kind_of(spec, scope)
+            sums[kind].append(nbytes)
+    out_d = {k: int(sum(v) / len(v)) for k, v in sums.items()}
+    out_d["embedding"] = int(by_scope.get("embedding", 0))
+    out_d["output"] = int(by_scope.get("output_layer", 0) + by_scope.get("final_norm", 0))
+    per_layer: dict[str, list[int]] = defaultdict(list)
+    out_flops = 0
+    for name, n in fwd_counts.items():
+        bits = name.split(".")
+        if len(bits) >= 2 and bits[-2] == "layers" and bits[-1].isdigit():
+            kind = "moe" if spec.model.is_moe_layer(int(bits[-1])) else "dense"
+            per_layer[kind].append(n)
+        elif bits[-1] == "output_layer":
+            out_flops += n
+    f = {f"{k}_fwd_flops": sum(v) / len(v) for k, v in per_layer.items()}
+    f.update(output_fwd_flops=out_flops, fwd_flops=fwd_total, total_flops=total)
+    return out_d, f
+
+
+def _contention(built: Built, timer: LayerTimer, iters, m: int, opts,
+                alone: dict, spec: RunSpec, rounds: int = 2) -> dict[str, float]:
+    """Per-kind slowdown with every other core busy (CPU, fewer ranks than cores):
+    ``rounds`` of (busy, alone) passes, the median ratio per kind (alternating keeps a
+    drift of the machine's load out of the ratio)."""
+    import os
+    free = (os.cpu_count() or 1) - dist.get_world_size()
+    if torch.cuda.is_available() or not opts.contention or free <= 0:
+        return {}
+    from primus_ext.measure.contention import busy_neighbours
+
+    def totals(t: dict) -> dict[str, float]:
+        return {k: d.get("fwd", 0.0) + d.get("bwd", 0.0) for k, d in t.items()}
+
+    ratios: dict[str, list[float]] = defaultdict(list)
+    base = totals(alone)
+    for r in range(rounds):
+        with busy_neighbours(free, rank_shapes(spec)):
+            _run_steps(built, timer, iters, m, 1, opts.repeats, trace=False)
+        busy = totals(_timings(spec, timer))
+        if r > 0:
+            _run_steps(built, timer, iters, m, 0, opts.repeats, trace=False)
+            base = totals(_timings(spec, timer))
+        for k, t1 in busy.items():
+            if base.get(k, 0) > 0 and t1 > 0:
+                ratios[k].append(t1 / base[k])
+    timer.reset()
+    # Physical range: not faster than alone, not slower than sharing every busy core
+    # evenly (a larger ratio means a third party loaded the machine while timing).
+    top = float(free + dist.get_world_size())
+    return {k: min(max(_median(v), 1.0), top) for k, v in ratios.items()}
