@@ -19,6 +19,11 @@ PRIOR_SIGMA^2))``: the negative log-likelihood of Gaussian errors and priors, di
 the row count over ROW_SIGMA^2, which keeps both terms on the scale of the mean loss.
 
 Search: coordinate descent on a multiplicative grid, refined in four passes.
+
+Presets with no measured rows of their own inherit the fitted constants of a fitted
+preset of their ``calibration_family`` (the same silicon at the same power, e.g. H200 and
+H800 from H100): the fitted fields are fractions of each preset's own peaks, which those
+presets share.
 """
 from __future__ import annotations
 
@@ -42,6 +47,33 @@ FITTED = {
 ROW_SIGMA = 0.10
 PRIOR_SIGMA = 0.15
 _STEPS = (1.25, 1.1, 1.04, 1.015)
+
+
+def _inherit(constants: dict, rows_per_hw: dict) -> dict:
+    """Presets without rows of their own take the fitted constants of a member of their
+    ``calibration_family`` (same silicon at the same power; the one with most rows).
+    Returns {preset: donor}."""
+    from primus_ext.presets import hardware_preset, list_presets
+
+    def family(name: str) -> str | None:
+        try:
+            return hardware_preset(name).calibration_family
+        except (ValueError, TypeError):
+            return None
+
+    donors: dict[str, str] = {}
+    for name in sorted(rows_per_hw, key=lambda n: -rows_per_hw[n]):
+        fam = family(name)
+        if fam and fam not in donors and name in constants:
+            donors[fam] = name
+    inherited = {}
+    for name in list_presets("hardware"):
+        fam = family(name)
+        if name in rows_per_hw or not fam or fam not in donors:
+            continue
+        constants[name] = dict(constants[donors[fam]])
+        inherited[name] = donors[fam]
+    return inherited
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +188,9 @@ def fit(runs, project_fn, base: Calibration | None = None,
         constants[name] = {k: round(v, 4) for k, v in values.items()}
         report[name] = {"rows": len(rows), "msle_before": before, "msle_after": after,
                         **constants[name]}
+    inherited = _inherit(constants, {n: len(r) for n, r in by_hw.items()})
     meta = {"fitted_knobs": {k: list(v[0]) for k, v in FITTED.items()},
             "loss": "pseudo-Huber of the log error", "row_sigma": ROW_SIGMA,
-            "prior_sigma": PRIOR_SIGMA}
+            "prior_sigma": PRIOR_SIGMA, "inherited": inherited}
     return FitReport(calibration=Calibration(constants=constants, meta=meta),
                      per_hardware=report)

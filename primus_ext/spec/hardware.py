@@ -70,6 +70,10 @@ class HardwareSpec:
     scale_up_mesh: bool = False  # True: point-to-point links, no switch (AMD xGMI)
     comm_overlap_penalty: float = 0.10  # compute lost per second of overlapped comm (SMs)
     tdp_w: float | None = None
+    # Presets of the same silicon at the same power (H100 / H200 / H800 SXM at 700 W) share
+    # fitted efficiency constants: a preset without measured rows of its own takes those
+    # of a fitted member of its family (project/fit.py). None: no sharing.
+    calibration_family: str | None = None
 
     def __post_init__(self) -> None:
         for f in ("bf16_tflops", "hbm_gbps", "scale_up_gbps", "scale_out_gbps"):
