@@ -151,3 +151,15 @@ def _gather_max(local: dict[str, dict]) -> tuple[dict[str, dict], list[dict]]:
             m[f"per_rank_{phase}"] = tuple(vals)
         merged[kind] = m
     return merged, everyone
+
+
+def _part_comm(spec: RunSpec, records, n_layers: dict[str, int], samples: int
+               ) -> dict[tuple[str, str, str], float]:
+    """Collective seconds per (kind, part, phase), per layer per microbatch."""
+    out: dict[tuple[str, str, str], float] = defaultdict(float)
+    for r in records:
+        kind, part = _kind_of(spec, r.scope)
+        if kind == "step" or r.phase not in ("fwd", "bwd"):
+            continue
+        out[(kind, part, r.phase)] += r.seconds / (max(n_layers.get(kind, 1), 1) * samples)
+    return dict(out)

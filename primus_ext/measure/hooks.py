@@ -169,7 +169,9 @@ class LayerTimer:
                     self._in_backward = False  # the embedding's backward comes last
         return hook
 
-    def attach(self) -> "LayerTimer":
+    def attach(self, parts: bool = True) -> "LayerTimer":
+        """Install the hooks; ``parts=False`` times whole layers only (on a CPU every
+        hook is Python on the critical path, so fewer hooks bias the times less)."""
         m = self.model
         reg = self._handles.append
 
@@ -182,6 +184,8 @@ class LayerTimer:
         for layer in m.decoder.layers:
             i = layer.layer_number - 1
             pair(layer, f"layer.{i}")
+            if not parts:
+                continue
             if getattr(layer, "self_attention", None) is not None:
                 pair(layer.self_attention, f"layer.{i}.attn")
             core = getattr(getattr(layer, "self_attention", None), "core_attention", None)

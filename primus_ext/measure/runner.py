@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from primus_ext.measure.aggregate import _collectives, _gather_collectives, _gather_max, \
-    _mean_over_ranks, _timings
+    _mean_over_ranks, _part_comm, _timings
 from primus_ext.measure.build import build, init_distributed, prepare_runtime, teardown
 from primus_ext.measure.downscale import Downscaled, downscale, rank_shapes
 from primus_ext.measure.hooks import LayerTimer, _median
@@ -111,7 +111,7 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
     timing_spec = _no_recompute(down.spec)
     built = build(timing_spec, with_optimizer=not capture)
     use_te = built.use_te
-    timer = LayerTimer(built.bare()).attach()
+    timer = LayerTimer(built.bare()).attach(parts=False)
     fits = []
     if opts.microbench and world > 1 and same:
         fits = run_microbenchmarks(built.groups, repeats=opts.microbench_repeats)
@@ -124,6 +124,8 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
     contention = _contention(built, timer, iters, m, opts, local, timing_spec) if same \
         else {}
     timer.detach()
+    if not capture:
+        _time_parts(built, iters, m, opts, timing_spec, local)
 
     n_layers = {k: v["n_layers"] for k, v in local.items()}
     samples = opts.repeats * m
@@ -185,6 +187,25 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
                            "num_layers": timing_spec.model.num_layers},
         layers=layers, collectives=tuple(seen), step=step, comm_fits=tuple(fits),
         notes=tuple(notes))
+
+
+def _time_parts(built, iters, m: int, opts: MeasureOptions, spec: RunSpec,
+                local: dict) -> None:
+    """Attention / MLP sub-module times from a separate pass with their hooks (kept out
+    of the main pass: on a CPU each hook is Python on the critical path), net of the
+    collectives traced inside them; stored as ``local[kind]["parts"]``."""
+    timer = LayerTimer(built.bare()).attach(parts=True)
+    reps = max(2, opts.repeats // 2)
+    _, records = _run_steps(built, timer, iters, m, 1, reps)
+    parts = _timings(spec, timer)
+    timer.detach()
+    comm = _part_comm(spec, records, {k: v["n_layers"] for k, v in parts.items()}, reps * m)
+    for kind, d in parts.items():
+        if kind not in local:
+            continue
+        local[kind]["parts"] = {
+            part: {ph: max(t - comm.get((kind, part, ph), 0.0), 0.0) for ph, t in v.items()}
+            for part, v in d["parts"].items()}
 
 
 def downscale_for(target: RunSpec, world: int, hw: str, opts: MeasureOptions) -> Downscaled:
