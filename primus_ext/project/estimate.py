@@ -46,6 +46,20 @@ def _schedule_input(spec: RunSpec, st, p2p_s: float) -> ScheduleInput:
                          p2p_s=p2p_s, schedule=sched, microbatch_group_size=group)
 
 
+_SHORT: dict = {}
+
+
+def _short_step(inp: ScheduleInput) -> float:
+    """Step time of a short schedule, memoised on the whole input (a batch-size sweep
+    with the same per-microbatch costs reuses the same short schedules)."""
+    hit = _SHORT.get(inp)
+    if hit is None:
+        if len(_SHORT) > 8192:
+            _SHORT.clear()
+        hit = _SHORT[inp] = simulate(inp).step_s
+    return hit
+
+
 def _simulate_step(inp: ScheduleInput, record_events: bool) -> ScheduleResult:
     """The schedule simulation, shortened for long steps.
 
@@ -73,7 +87,7 @@ def _simulate_step(inp: ScheduleInput, record_events: bool) -> ScheduleResult:
     m3 = m1 + 2 * period
     if record_events or m <= m3 or m % unit or (interleaved and inp.microbatch_group_size):
         return simulate(inp, record_events=record_events)
-    s1, s2, s3 = (simulate(dataclasses.replace(inp, num_microbatches=k)).step_s
+    s1, s2, s3 = (_short_step(dataclasses.replace(inp, num_microbatches=k))
                   for k in (m1, m1 + period, m3))
     if abs((s3 - s2) - (s2 - s1)) > 1e-9 * s3:  # not periodic yet: time it all
         return simulate(inp)
