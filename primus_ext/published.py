@@ -181,6 +181,9 @@ def parse_row(row: Mapping[str, str | None], line: int | None = None) -> Publish
                         model_preset=preset, hardware_preset=hw_name, notes=tuple(notes))
 
 
+_NO_MTP = re.compile(r"\b(?:w/o|without|no)\s+MTP\b", re.I)
+
+
 def _model(r: _Row, notes: list[str]) -> tuple[ModelSpec, str | None]:
     name = r.text("model", required=True)
     preset = match_model_preset(name)
@@ -212,6 +215,9 @@ def _model(r: _Row, notes: list[str]) -> tuple[ModelSpec, str | None]:
             raise r.fail(column, "is empty and no preset supplies it")
     if preset is not None and not r.text("vocab") and "vocab_size" in fields:
         notes.append(f"vocab empty: vocab_size={fields['vocab_size']} from preset {preset}")
+    if fields.get("mtp_num_layers") and _NO_MTP.search(name + " " + r.text("notes")):
+        fields["mtp_num_layers"] = 0
+        notes.append("mtp_num_layers=0 (the row says the run had no MTP layers)")
     seq = r.int_("seq_len", required=True)
     if fields.get("position_embedding_type") == "learned_absolute":
         if fields.get("max_position_embeddings", 0) < seq:

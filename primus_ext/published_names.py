@@ -38,9 +38,10 @@ def _compact(name: str) -> str:
 
 
 def match_model_preset(name: str) -> str | None:
-    """The model preset a published model name refers to, or None."""
+    """The model preset a published model name refers to, or None. A parenthetical
+    qualifier of the run ("DeepSeekV3 (w/o MTP)", "(tokendrop)") is not part of the name."""
     presets = list_presets("model")
-    norm = normalize_model_name(name)
+    norm = normalize_model_name(re.sub(r"\([^)]*\)", " ", name))
     if norm.startswith("meta_"):
         norm = norm[len("meta_"):]
     norm = MODEL_ALIASES.get(norm, norm)

@@ -292,3 +292,36 @@ def test_missing_file_and_wrong_header(tmp_path: Path):
     bad.write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match="run_id"):
         read_runs(bad)
+
+
+def test_documented_recipe_rules_reach_the_spec(runs, rows):
+    """published_recipes.py: what a source documents beyond its columns, with a note."""
+    by_id = _by_id(runs)
+    dsv3 = by_id["P032"]  # Megatron-Bridge 25.09 DeepSeek-V3 on H100: DeepEP + a2a overlap
+    p = dsv3.spec.parallel
+    assert p.moe_token_dispatcher_type == "flex" and p.overlap_moe_expert_parallel_comm
+    assert not p.grad_reduce_in_fp32 and p.tp_comm_overlap
+    assert dsv3.spec.train.recompute_modules == ("mla_up_proj", "mlp")
+    assert dsv3.spec.model.moe_router_num_groups == 8
+    llama_paper = by_id["P090"].spec  # Llama 3 paper: V = 8, empty first / last chunks
+    assert llama_paper.parallel.vpp == 8 and llama_paper.train.recompute_granularity is None
+    assert llama_paper.layout.layers_per_virtual_stage[0] == 0
+    assert llama_paper.layout.layers_per_virtual_stage[-1] == 0
+    titan = by_id["P069"]  # torchtitan PP: microbatches = pp, so local batch 32 -> mbs 4
+    assert titan.spec.train.micro_batch_size == 4 and titan.spec.num_microbatches == 8
+    assert titan.spec.train.flash_attn_impl == "fa2"
+    assert not by_id["P057"].spec.train.fused_elementwise  # eager
+    assert by_id["P058"].spec.train.fused_elementwise  # torch.compile
+    assert by_id["P070"].spec.parallel.vpp == 2  # Interleaved 1F1B: 2 stages per rank
+    assert by_id["P063"].spec.parallel.cp_comm_type == "allgather"
+    for run in (dsv3, by_id["P069"], by_id["P090"]):
+        assert any("(" in n and "=" in n for n in run.notes)
+    # A column the row fills wins over the recipe: a stated vp stays.
+    run = parse_row(_row(rows, "P090", vp="1"))
+    assert run.spec.parallel.vpp == 1
+
+
+def test_without_mtp_rows_drop_the_mtp_layers(rows):
+    run = parse_row(_row(rows, "P043", model="DeepSeek-V3 (w/o MTP)"))
+    assert run.spec is not None and run.spec.model.mtp_num_layers == 0
+    assert any("mtp_num_layers=0" in n for n in run.notes)
