@@ -28,8 +28,9 @@ class MemoryOptions:
 
     # ---- megatron-core implementation switches --------------------------------------
     # Megatron-LM turns --accumulate-allreduce-grads-in-fp32 on for bf16: the DDP grad
-    # buffer (main_grad) is fp32. False: gradients in the parameter dtype.
-    grad_reduce_in_fp32: bool = True
+    # buffer (main_grad) is fp32. False: gradients in the parameter dtype. None: follow
+    # the run's ``parallel.grad_reduce_in_fp32`` (the normal case).
+    grad_reduce_in_fp32: bool | None = None
     # DDP bucket size in elements; None: megatron-core's default max(40M, 1M * dp).
     ddp_bucket_size: int | None = None
     # DistributedDataParallelConfig.pad_buckets_for_high_nccl_busbw (pads buckets to a

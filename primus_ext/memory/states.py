@@ -44,8 +44,12 @@ def optimizer_bytes_per_element(train: TrainSpec) -> int:
     return state + master
 
 
-def grad_bytes_per_element(train: TrainSpec, options: MemoryOptions) -> int:
-    if train.precision == "fp32" or options.grad_reduce_in_fp32:
+def grad_bytes_per_element(train: TrainSpec, options: MemoryOptions,
+                           par: ParallelSpec | None = None) -> int:
+    fp32 = options.grad_reduce_in_fp32
+    if fp32 is None:
+        fp32 = par.grad_reduce_in_fp32 if par is not None else True
+    if train.precision == "fp32" or fp32:
         return 4
     return train.param_bytes
 
@@ -92,7 +96,7 @@ def stage_states(model: ModelSpec, par: ParallelSpec, train: TrainSpec, stage: i
     local_spec = train.attention_backend == "unfused"
     sp = stage_params(model, par, stage, local_spec)
     pbytes = train.param_bytes
-    gbytes = grad_bytes_per_element(train, options)
+    gbytes = grad_bytes_per_element(train, options, par)
     obytes = optimizer_bytes_per_element(train)
     if par.fsdp:
         dense = sp.num_params - sp.num_expert_params
