@@ -14,6 +14,11 @@ from omegaconf import DictConfig, OmegaConf
 from primus_ext.presets import _conf_dir, hardware_preset, list_presets
 from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec
 
+# ${primus_tp_gt_one:${parallel.tp}}: the default of parallel.sequence_parallel (on when
+# tensor parallelism is, as in the NeMo / Megatron-Bridge recipes).
+if not OmegaConf.has_resolver("primus_tp_gt_one"):
+    OmegaConf.register_new_resolver("primus_tp_gt_one", lambda tp: int(tp) > 1)
+
 SPEC_GROUPS = {"model": ModelSpec, "parallel": ParallelSpec, "train": TrainSpec}
 
 

@@ -119,12 +119,19 @@ def _decoder_parts(spec: RunSpec, sh: Shapes, moe: bool, window: int | None
     return a_ops + m_ops, comms
 
 
-def _fsdp(spec: RunSpec, ops: list[OpCost], dense: float, expert: float, prefix: str
-          ) -> list[Tagged]:
+def _fsdp(spec: RunSpec, ops: list[OpCost], dense: float, expert: float, prefix: str,
+          comms: list[Tagged] = ()) -> list[Tagged]:
+    """FSDP traffic hides behind the layer's compute of each phase, less what the
+    layer's other collectives already hide there: one stretch of compute cannot hide two
+    transfers (without this, faster compute could expose more than it saves)."""
     if not spec.parallel.fsdp:
         return []
     f, d, w, _, _ = sum_ops(ops)
-    return fsdp_comms(spec, dense, expert, f, d + w, prefix)
+    busy = {"fwd": 0.0, "bwd": 0.0}
+    for c, _ in comms:
+        busy[c.phase] += c.seconds - c.exposed_s
+    return fsdp_comms(spec, dense, expert, max(f - busy["fwd"], 0.0),
+                      max(d + w - busy["bwd"], 0.0), prefix)
 
 
 def _simulate(spec: RunSpec) -> LayerCosts:
@@ -146,19 +153,21 @@ def _simulate(spec: RunSpec) -> LayerCosts:
         if (moe, window) not in parts:
             ops, comms = _decoder_parts(spec, sh, moe, window)
             dense_p, expert_p = layer_params_on_rank(model, par, i)
-            parts[(moe, window)] = ops, comms, _fsdp(spec, ops, dense_p, expert_p, base)
+            parts[(moe, window)] = ops, comms, _fsdp(spec, ops, dense_p, expert_p, base,
+                                                    comms)
         ops, comms, fs = parts[(moe, window)]
         kinds[name] = _assemble(name, ops, comms, ALL if i in full else selective, fs)
 
     e_ops = embedding_ops(sh)
     kinds["embedding"] = _assemble(
         "embedding", e_ops, embedding_comms(spec, sh), set(),
-        _fsdp(spec, e_ops, embedding_params_on_rank(model, par), 0.0, "embedding"))
+        _fsdp(spec, e_ops, embedding_params_on_rank(model, par), 0.0, "embedding",
+              embedding_comms(spec, sh)))
     o_ops = output_ops(sh)
     o_comms = output_comms(spec, sh, {o.name: o for o in o_ops})
     kinds["output"] = _assemble(
         "output", o_ops, o_comms, set(),
-        _fsdp(spec, o_ops, output_params_on_rank(model, par), 0.0, "output"))
+        _fsdp(spec, o_ops, output_params_on_rank(model, par), 0.0, "output", o_comms))
     if model.mtp_num_layers:
         kinds["mtp"] = _mtp(spec, sh, o_ops, o_comms)
     notes = ("simulate: analytic kernels on " + spec.cluster.hardware.name,
@@ -187,5 +196,5 @@ def _mtp(spec: RunSpec, sh: Shapes, o_ops: list[OpCost], o_comms: list[Tagged]
         ops += block_ops
         comms += [(replace(c, name=f"mtp{k}.{c.name}"), mod) for c, mod in block_comms]
     dense_p, expert_p = mtp_params_on_rank(model, spec.parallel)
-    fs = _fsdp(spec, ops, dense_p, expert_p, "mtp")
+    fs = _fsdp(spec, ops, dense_p, expert_p, "mtp", comms)
     return _assemble("mtp", ops, comms, set(), fs)
