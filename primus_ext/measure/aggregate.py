@@ -31,21 +31,28 @@ def _kind_of(spec: RunSpec, scope: str) -> tuple[str, str]:
 
 
 def _timings(spec: RunSpec, timer: LayerTimer) -> dict[str, dict]:
-    """kind -> {fwd, bwd, parts, n_layers, n_samples} (medians over all samples)."""
-    pooled: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    """kind -> {fwd, bwd, parts, n_layers, n_samples}: per step, the mean over the
+    kind's layers and microbatches (what a step pays: rare slow calls such as a oneDNN
+    kernel compiled for a new MoE expert shape included), then the median over steps."""
+    per_step: dict[tuple[str, str, str], dict[int, list[float]]] = defaultdict(
+        lambda: defaultdict(list))
     layers: dict[str, set] = defaultdict(set)
-    for (scope, phase), xs in timer.samples.items():
+    counts: dict[tuple[str, str, str], int] = defaultdict(int)
+    for (scope, phase), steps in timer.per_step.items():
         kind, part = _kind_of(spec, scope)
-        pooled[(kind, part, phase)].extend(xs)
+        for k, xs in enumerate(steps):
+            per_step[(kind, part, phase)][k].extend(xs)
+            counts[(kind, part, phase)] += len(xs)
         layers[kind].add(scope.split(".")[1] if scope.startswith("layer.") else scope)
     out: dict[str, dict] = {}
-    for (kind, part, phase), xs in pooled.items():
+    for (kind, part, phase), steps in per_step.items():
+        value = _median([sum(xs) / len(xs) for xs in steps.values() if xs])
         d = out.setdefault(kind, {"parts": {}, "n_layers": len(layers[kind])})
         if part == "layer":
-            d[phase] = _median(xs)
-            d["n_samples"] = max(d.get("n_samples", 0), len(xs))
+            d[phase] = value
+            d["n_samples"] = max(d.get("n_samples", 0), counts[(kind, part, phase)])
         else:
-            d["parts"].setdefault(part, {})[phase] = _median(xs)
+            d["parts"].setdefault(part, {})[phase] = value
     return out
 
 

@@ -87,6 +87,8 @@ class LayerTimer:
         self._bwd_stack: list[str] = []
         self._in_backward = False
         self.samples: dict[tuple[str, str], list[float]] = defaultdict(list)
+        # The same samples grouped by step: per_step[(scope, phase)][k] = step k's.
+        self.per_step: dict[tuple[str, str], list[list[float]]] = defaultdict(list)
 
     # ---- scope for the collective tracer -------------------------------------------
     def scope(self) -> tuple[str, str]:
@@ -108,8 +110,12 @@ class LayerTimer:
     def collect(self) -> None:
         """Turn the marks of the finished step into seconds (synchronises CUDA)."""
         self.clock.synchronize()
+        step: dict[tuple[str, str], list[float]] = defaultdict(list)
         for scope, phase, a, b in self._pending:
-            self.samples[(scope, phase)].append(self.clock.seconds(a, b))
+            step[(scope, phase)].append(self.clock.seconds(a, b))
+        for key, xs in step.items():
+            self.samples[key].extend(xs)
+            self.per_step[key].append(xs)
         self._pending.clear()
         self._open.clear()
         self._fwd_stack.clear()
@@ -119,6 +125,7 @@ class LayerTimer:
     def reset(self) -> None:
         self._pending.clear()
         self.samples.clear()
+        self.per_step.clear()
 
     # ---- hooks ---------------------------------------------------------------------
     def _fwd_pre(self, scope: str, grad_end_on_input: bool):

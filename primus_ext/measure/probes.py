@@ -9,7 +9,7 @@ from collections import defaultdict
 import torch
 import torch.distributed as dist
 
-from primus_ext.measure.aggregate import _kind_of, _median, _timings
+from primus_ext.measure.aggregate import _kind_of, _median, _timings  # noqa: F401
 from primus_ext.measure.build import Built, build, teardown
 from primus_ext.measure.downscale import rank_shapes
 from primus_ext.measure.hooks import LayerTimer
@@ -146,34 +146,51 @@ def _activation_bytes(built: Built, spec: RunSpec) -> tuple[dict[str, int], dict
     return out_d, f
 
 
+def _step_means(spec: RunSpec, timer: LayerTimer) -> dict[str, list[float]]:
+    """kind -> per step, the mean fwd+bwd time of the kind's layers and microbatches."""
+    from primus_ext.measure.aggregate import _kind_of
+    acc: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for (scope, phase), steps in timer.per_step.items():
+        kind, part = _kind_of(spec, scope)
+        if part != "layer" or phase not in ("fwd", "bwd"):
+            continue
+        for k, xs in enumerate(steps):
+            acc[(kind, phase)][k].extend(xs)
+    out: dict[str, list[float]] = {}
+    for (kind, phase), steps in acc.items():
+        means = [sum(xs) / len(xs) for _, xs in sorted(steps.items()) if xs]
+        prev = out.get(kind)
+        out[kind] = [a + b for a, b in zip(prev, means)] if prev else means
+    return out
+
+
 def _contention(built: Built, timer: LayerTimer, iters, m: int, opts,
                 alone: dict, spec: RunSpec, rounds: int = 2) -> dict[str, float]:
-    """Per-kind slowdown with every other core busy (CPU, fewer ranks than cores):
-    ``rounds`` of (busy, alone) passes, the median ratio per kind (alternating keeps a
-    drift of the machine's load out of the ratio)."""
+    """Per-kind slowdown with every other core busy (CPU, fewer ranks than cores).
+
+    ``rounds`` of alternating (busy, alone) passes; the ratio of the fastest step with
+    busy neighbours to the fastest step alone. A third party loading the machine slows
+    some steps of either kind; the fastest ones are the least disturbed, so the ratio
+    of minima isolates what the neighbours cost (alternating keeps drift out)."""
     import os
     free = (os.cpu_count() or 1) - dist.get_world_size()
     if torch.cuda.is_available() or not opts.contention or free <= 0:
         return {}
     from primus_ext.measure.contention import busy_neighbours
 
-    def totals(t: dict) -> dict[str, float]:
-        return {k: d.get("fwd", 0.0) + d.get("bwd", 0.0) for k, d in t.items()}
-
-    ratios: dict[str, list[float]] = defaultdict(list)
-    base = totals(alone)
-    for r in range(rounds):
+    busy: dict[str, list[float]] = defaultdict(list)
+    base: dict[str, list[float]] = defaultdict(list)
+    for _ in range(rounds):
         with busy_neighbours(free, rank_shapes(spec)):
             _run_steps(built, timer, iters, m, 1, opts.repeats, trace=False)
-        busy = totals(_timings(spec, timer))
-        if r > 0:
-            _run_steps(built, timer, iters, m, 0, opts.repeats, trace=False)
-            base = totals(_timings(spec, timer))
-        for k, t1 in busy.items():
-            if base.get(k, 0) > 0 and t1 > 0:
-                ratios[k].append(t1 / base[k])
+        for k, v in _step_means(spec, timer).items():
+            busy[k] += v
+        _run_steps(built, timer, iters, m, 0, opts.repeats, trace=False)
+        for k, v in _step_means(spec, timer).items():
+            base[k] += v
     timer.reset()
     # Physical range: not faster than alone, not slower than sharing every busy core
-    # evenly (a larger ratio means a third party loaded the machine while timing).
+    # evenly.
     top = float(free + dist.get_world_size())
-    return {k: min(max(_median(v), 1.0), top) for k, v in ratios.items()}
+    return {k: min(max(min(busy[k]) / min(base[k]), 1.0), top)
+            for k in busy if base.get(k) and min(base[k]) > 0}
