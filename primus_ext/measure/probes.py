@@ -9,7 +9,7 @@ from collections import defaultdict
 import torch
 import torch.distributed as dist
 
-from primus_ext.measure.aggregate import _kind_of, _median, _timings  # noqa: F401
+from primus_ext.measure.aggregate import _kind_of, _median
 from primus_ext.measure.build import Built, build, teardown
 from primus_ext.measure.downscale import rank_shapes
 from primus_ext.measure.hooks import LayerTimer
@@ -148,7 +148,6 @@ def _activation_bytes(built: Built, spec: RunSpec) -> tuple[dict[str, int], dict
 
 def _step_means(spec: RunSpec, timer: LayerTimer) -> dict[str, list[float]]:
     """kind -> per step, the mean fwd+bwd time of the kind's layers and microbatches."""
-    from primus_ext.measure.aggregate import _kind_of
     acc: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for (scope, phase), steps in timer.per_step.items():
         kind, part = _kind_of(spec, scope)
