@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from primus_ext.memory.rank_params import chunk_param_tensors, stage_params
 from primus_ext.memory.params import ParamGroup, embedding_groups, layer_groups, \
     mtp_groups, output_groups
 from primus_ext.spec.model import ModelSpec
@@ -57,48 +58,23 @@ def mtp_params_on_rank(model: ModelSpec, par: ParallelSpec) -> tuple[float, floa
 
 
 def chunk_param_counts(spec: RunSpec, stage: int, chunk: int) -> tuple[float, float]:
-    """(dense, expert) parameters of one model chunk (virtual stage) on one rank: its
-    decoder layers, plus the embedding on chunk 0 of stage 0 and the output layer and MTP
-    on the last chunk of the last stage. megatron-core wraps every chunk in its own DDP
-    instance, so each chunk has its own gradient buckets."""
-    model, par, lay = spec.model, spec.parallel, spec.layout
-    dense = expert = 0.0
-    first = lay.first_layer(stage, chunk)
-    for i in range(first, first + lay.num_layers(stage, chunk)):
-        d, e = layer_params_on_rank(model, par, i)
-        dense += d
-        expert += e
-    if stage == 0 and chunk == 0:
-        dense += embedding_params_on_rank(model, par)
-    if stage == par.pp - 1 and chunk == par.vpp - 1:
-        dense += output_params_on_rank(model, par)
-        if not model.untie_embeddings_and_output_weights and par.pp > 1:
-            dense += embedding_params_on_rank(model, par)
-        d, e = mtp_params_on_rank(model, par)
-        dense += d
-        expert += e
-    return dense, expert
+    """(dense, expert) parameters of one model chunk (virtual stage) on one rank, as the
+    memory model places them (verified against megatron-core's own tensors): decoder
+    layers, the embedding on chunk 0 of stage 0, output layer, MTP and shared embedding
+    copies on the last chunk. megatron-core wraps every chunk in its own DDP instance,
+    so each chunk has its own gradient buckets."""
+    local = spec.train.attention_backend == "unfused"
+    dense = expert = 0
+    for t in chunk_param_tensors(spec.model, spec.parallel, stage, chunk, local):
+        if t.expert:
+            expert += t.numel
+        else:
+            dense += t.numel
+    return float(dense), float(expert)
 
 
 def stage_param_counts(spec: RunSpec, stage: int) -> tuple[float, float]:
-    """(dense, expert) parameters on one rank of pipeline stage ``stage`` (all its virtual
-    chunks): its decoder layers, the embedding on the first stage, output layer and MTP
-    on the last (a tied output layer on the last stage when pp > 1 holds its own copy)."""
-    model, par, lay = spec.model, spec.parallel, spec.layout
-    dense = expert = 0.0
-    for chunk in range(par.vpp):
-        first = lay.first_layer(stage, chunk)
-        for i in range(first, first + lay.num_layers(stage, chunk)):
-            d, e = layer_params_on_rank(model, par, i)
-            dense += d
-            expert += e
-    if stage == 0:
-        dense += embedding_params_on_rank(model, par)
-    if stage == par.pp - 1:
-        dense += output_params_on_rank(model, par)
-        if not model.untie_embeddings_and_output_weights and par.pp > 1:
-            dense += embedding_params_on_rank(model, par)
-        d, e = mtp_params_on_rank(model, par)
-        dense += d
-        expert += e
-    return dense, expert
+    """(dense, expert) parameters on one rank of pipeline stage ``stage`` (all chunks)."""
+    sp = stage_params(spec.model, spec.parallel, stage,
+                      spec.train.attention_backend == "unfused")
+    return float(sp.num_dense_params), float(sp.num_expert_params)
