@@ -6,6 +6,13 @@ timed calls per size (after a barrier and a warm-up call) is fitted to
 ``t = alpha + bytes / bw`` by least squares on relative error (small messages weigh as
 much as large ones). Bytes follow the comm model's convention (the full buffer): see
 ``profile.py``.
+
+In situ (``burst_s > 0``, the default on a CPU): each timed call follows a burst of
+compute of about ``burst_s`` seconds, as a collective inside a layer follows the layer's
+GEMMs. On a CPU node the ranks then reach the collective at slightly different times
+and the transport threads compete with compute for the cores: on this project's 2-core
+machine a 32 KB all-gather takes 0.26 ms idle but about 2 ms after compute, which is what
+a training step pays. On GPUs the idle sweep (``burst_s=0``) is the usual one.
 """
 from __future__ import annotations
 
@@ -24,12 +31,31 @@ def _dtype_size() -> tuple[torch.dtype, int]:
     return torch.bfloat16, 2
 
 
-def _time_one(fn, repeats: int, group) -> float:
+def _burst(seconds: float):
+    """A compute burst of about ``seconds`` (bf16 matmuls; calibrated once)."""
+    if seconds <= 0:
+        return lambda: None
+    a = torch.randn(256, 256, dtype=torch.bfloat16)
+    b = torch.randn(256, 1024, dtype=torch.bfloat16)
+    a @ b
+    t0 = time.perf_counter()
+    for _ in range(10):
+        a @ b
+    n = max(1, int(seconds / max((time.perf_counter() - t0) / 10, 1e-7)))
+
+    def run():
+        for _ in range(n):
+            a @ b
+    return run
+
+
+def _time_one(fn, repeats: int, group, burst=lambda: None) -> float:
     dist.barrier(group=group)
     fn()  # warm-up
     times = []
     for _ in range(repeats):
         dist.barrier(group=group)
+        burst()
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -78,9 +104,14 @@ def _call(collective: str, nbytes: int, group, size: int, rank_in_group: int, ra
 
 
 def run_microbenchmarks(groups: dict[str, object], *, sizes=DEFAULT_SIZES,
-                        repeats: int = 5, collectives=COLLECTIVES) -> list[CommFit]:
+                        repeats: int = 5, collectives=COLLECTIVES,
+                        burst_s: float | None = None) -> list[CommFit]:
     """Fits per (collective, group size) over the distinct group sizes in ``groups``
-    (axis -> process group; the world is added). Every rank must call it."""
+    (axis -> process group; the world is added). Every rank must call it. ``burst_s``:
+    compute before each timed call (None: 2 ms on a CPU, 0 on a GPU)."""
+    if burst_s is None:
+        burst_s = 0.0 if torch.cuda.is_available() else 2e-3
+    burst = _burst(burst_s)
     from primus_ext.measure.tracer import get_tracer
     tracer = get_tracer()
     was = tracer.enabled if tracer else False
@@ -104,7 +135,7 @@ def run_microbenchmarks(groups: dict[str, object], *, sizes=DEFAULT_SIZES,
                 pts = []
                 for nbytes in sizes:
                     fn, real = _call(coll, nbytes, group, size, me, ranks)
-                    pts.append((float(real), _time_one(fn, repeats, group)))
+                    pts.append((float(real), _time_one(fn, repeats, group, burst)))
                 # The slowest rank decides: agree on the max per point.
                 t = torch.tensor([p[1] for p in pts], dtype=torch.float64)
                 if torch.cuda.is_available():
