@@ -159,6 +159,13 @@ def real_run(c: Config, iters: int, tmp: Path) -> dict:
     return json.loads(out.read_text())
 
 
+def _load() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
 def project(c: Config, profile_path: str, fits: list[dict]):
     from primus_ext.measure.megatron_args import parse_megatron_args
     from primus_ext.measure.profile import CommFit, Profile
@@ -177,6 +184,8 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=None, help="real-run iterations")
     ap.add_argument("--repeats", type=int, default=None, help="measured steps")
     ap.add_argument("--json", default=None, help="write the results as JSON")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="measure+run rounds, median over rounds (default 3; --quick 1)")
     ap.add_argument("--_microbench", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--_measure", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--_names", default="", help=argparse.SUPPRESS)
@@ -194,37 +203,59 @@ def main() -> int:
     iters = a.iters or (5 if a.quick else 12)
     quick = ["--quick"] if a.quick else []
     t0 = time.time()
+    rounds = a.rounds or (1 if a.quick else 3)
+    per_cfg: dict[str, list[dict]] = {c.name: [] for c in cfgs}
+    loads: list[tuple[str, float]] = []
     with tempfile.TemporaryDirectory() as tmpd:
         tmp = Path(tmpd)
         fits_path = tmp / "fits.json"
         fits = []
         if any(c.nproc > 1 for c in cfgs):
             print("microbenchmarks: 2 processes ...", flush=True)
+            loads.append(("microbenchmarks", _load()))
             _run(_torchrun(2) + [__file__, "--_microbench", str(fits_path)] + quick, 900)
             fits = json.loads(fits_path.read_text())
-        print("measurement: 1 process ...", flush=True)
-        _run([sys.executable, __file__, "--_measure", str(tmp), "--_names",
-              ",".join(names), "--repeats", str(repeats)] + quick, 1800)
-        index = json.loads((tmp / "index.json").read_text())
-        rows = []
-        for c in cfgs:
-            est = project(c, index[c.name], fits)
-            print(f"real run: {c.name} ({c.nproc} process(es), {iters} iterations) ...",
-                  flush=True)
-            real = real_run(c, iters, tmp)
-            err = (est.step_time_s - real["median_step_s"]) / real["median_step_s"]
-            rows.append({"config": c.name, "what": c.what, "nproc": c.nproc,
-                         "projected_step_s": est.step_time_s,
-                         "measured_step_s": real["median_step_s"], "error": err,
-                         "breakdown": est.breakdown,
-                         "measured_steps_s": [s["step_s"] for s in real["steps"]]})
+        for rnd in range(rounds):
+            # Each round measures and runs everything again: on a shared machine a busy
+            # neighbour hits one round, the median over rounds keeps it out.
+            print(f"round {rnd + 1}/{rounds}: measurement, 1 process ...", flush=True)
+            loads.append((f"round {rnd + 1} measurement", _load()))
+            _run([sys.executable, __file__, "--_measure", str(tmp), "--_names",
+                  ",".join(names), "--repeats", str(repeats)] + quick, 1800)
+            index = json.loads((tmp / "index.json").read_text())
+            for c in cfgs:
+                est = project(c, index[c.name], fits)
+                print(f"round {rnd + 1}/{rounds}: real run {c.name} ({c.nproc} "
+                      f"process(es), {iters} iterations) ...", flush=True)
+                loads.append((f"round {rnd + 1} real {c.name}", _load()))
+                real = real_run(c, iters, tmp)
+                per_cfg[c.name].append({"projected": est.step_time_s,
+                                        "measured": real["median_step_s"],
+                                        "breakdown": est.breakdown,
+                                        "steps": [s["step_s"] for s in real["steps"]]})
+    rows = []
+    for c in cfgs:
+        rs = per_cfg[c.name]
+        proj = _med([r["projected"] for r in rs])
+        meas = _med([r["measured"] for r in rs])
+        rows.append({"config": c.name, "what": c.what, "nproc": c.nproc,
+                     "projected_step_s": proj, "measured_step_s": meas,
+                     "error": (proj - meas) / meas, "breakdown": rs[0]["breakdown"],
+                     "rounds": rs, "measured_steps_s": rs[-1]["steps"]})
     _print(rows)
     print(f"(wall {time.time() - t0:.0f} s)")
     if a.json:
-        Path(a.json).write_text(json.dumps({"rows": rows, "fits": fits}, indent=1))
+        Path(a.json).write_text(json.dumps({"rows": rows, "fits": fits, "loads": loads},
+                                           indent=1))
     if a.write:
-        _write_doc(rows, fits, a, iters, repeats)
+        _write_doc(rows, fits, a, iters, repeats, rounds, loads)
     return 0
+
+
+def _med(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
 
 
 def _print(rows: list[dict]) -> None:
@@ -234,7 +265,7 @@ def _print(rows: list[dict]) -> None:
               f"{r['measured_step_s']:>16.4f} {r['error']:>+8.1%}")
 
 
-def _write_doc(rows, fits, a, iters: int, repeats: int) -> None:
+def _write_doc(rows, fits, a, iters: int, repeats: int, rounds: int, loads) -> None:
     import platform
 
     import torch
@@ -251,7 +282,9 @@ def _write_doc(rows, fits, a, iters: int, repeats: int) -> None:
              "fitted into the `cpu` preset's scale-up tier for the data-parallel sync and "
              "the pipeline p2p). Every target was then projected and run for real with "
              f"`launch/pretrain_gpt.py` ({iters} iterations; the median of the steady-"
-             "state steps, after the first two).", "",
+             f"state steps, after the first two). All of it {rounds} time(s): the table "
+             "shows the median over rounds of the projection and of the measured step.",
+             "",
              f"Goal: every error within {GOAL:.0%}.", "",
              "| config | what | projected step (s) | measured step (s) | error |",
              "| --- | --- | ---: | ---: | ---: |"]
@@ -270,10 +303,17 @@ def _write_doc(rows, fits, a, iters: int, repeats: int) -> None:
     for f in fits:
         lines.append(f"| {f['collective']} | {f['group_size']} | {f['alpha_s'] * 1e6:.1f} "
                      f"| {f['gbps']:.2f} | {f['max_rel_err']:.0%} |")
-    lines += ["", "Real-run step times (s), every iteration:", ""]
+    lines += ["", "Per round: projected / measured step (s):", ""]
+    for r in rows:
+        lines.append(f"- {r['config']}: " + "; ".join(
+            f"{x['projected']:.4f} / {x['measured']:.4f}" for x in r["rounds"]))
+    lines += ["", "Real-run step times (s), every iteration of the last round:", ""]
     for r in rows:
         lines.append(f"- {r['config']}: " + ", ".join(f"{x:.3f}"
                                                       for x in r["measured_steps_s"]))
+    lines += ["", "1-minute load average of the machine when each phase started (2 cores; "
+              "other work on the machine shows up here):", ""]
+    lines.append(", ".join(f"{name} {v:.2f}" for name, v in loads))
     lines += ["", "Caveat: the machine is shared; a busy neighbour during a real run or "
               "the measurement shows up directly as error. Re-run to see the spread.", ""]
     out = ROOT / "docs" / "cpu-proof.md"

@@ -17,8 +17,9 @@ Rules (each applied one is named in ``Downscaled.rules``, and saved in the profi
 - ``ep`` / ``etp``: capped the same way (experts use expert-tensor parallelism over the
   same ranks, megatron-core's MoE parallel folding); experts per rank stay, so routed
   tokens per expert and per rank are the target's; the expert FFN shrinks with etp. If
-  that leaves fewer experts than the router's top-k, experts are raised to top-k (rule
-  ``experts_topk``: same expert FLOPs per rank, smaller per-expert GEMMs).
+  that leaves no more experts than the router's top-k (every token would go to every
+  expert: no routing, fixed shapes), experts are raised to 2 x top-k, at most the
+  target's (rule ``experts_topk``: same expert FLOPs per rank, smaller per-expert GEMMs).
 - ``cp``: capped as tp; the sequence stays (rule ``cp`` if reduced: the attention of a
   rank then sees more keys and the projector rescales it).
 - ``dp``: 1, unless the expert axes need more ranks than tp*cp (then the attention part
@@ -121,11 +122,18 @@ def downscale(target: RunSpec, local_world: int, local_hardware: str, *,
     if m.is_moe:
         per_rank = m.num_moe_experts // p.ep
         experts_l = per_rank * ep_l
-        if experts_l < m.moe_router_topk:
-            experts_l = -(-m.moe_router_topk // ep_l) * ep_l
-            rules.append(f"experts_topk: {per_rank * ep_l} experts < top-k "
-                         f"{m.moe_router_topk}; {experts_l} measured (same expert FLOPs "
-                         "per rank, smaller GEMMs per expert)")
+        if experts_l <= m.moe_router_topk < m.num_moe_experts:
+            # Top-k of k experts sends every token to every expert: no routing, fixed
+            # GEMM shapes, no imbalance. Keep a real choice (at least 2k experts, at most
+            # the target's): same expert FLOPs per rank, smaller GEMMs per expert.
+            want = min(m.num_moe_experts, 2 * m.moe_router_topk)
+            experts_l = -(-want // ep_l) * ep_l
+            while m.num_moe_experts % experts_l and experts_l < m.num_moe_experts:
+                experts_l += ep_l
+            rules.append(f"experts_topk: {per_rank * ep_l} experts <= top-k "
+                         f"{m.moe_router_topk} would route every token to every expert; "
+                         f"{experts_l} measured (same expert FLOPs per rank, smaller "
+                         "GEMMs per expert, rescaled)")
         r_etp = p.expert_tp // etp_l
         ov += [f"model.num_moe_experts={experts_l}", f"parallel.ep={ep_l}",
                f"parallel.etp={etp_l}"]

@@ -48,8 +48,8 @@ def test_moe_keeps_experts_per_rank_and_layer_kinds():
     d = downscale(target, 2, "cpu")
     m, p = d.spec.model, d.spec.parallel
     assert p.ep * p.expert_tp <= 2 and p.expert_tp == 2  # expert TP = TP, as in the target
-    # One expert per rank in the target; the router's top-2 needs two here.
-    assert m.num_moe_experts // p.ep == 2
+    # One expert per rank in the target; top-2 routing needs a real choice here.
+    assert m.num_moe_experts // p.ep == 4
     assert any(r.startswith("experts_topk") for r in d.rules)
     dense, moe = layer_counts(d.spec)
     assert dense == 1 and moe == 2
@@ -62,11 +62,15 @@ def test_moe_expert_parallel_measured_when_it_fits():
     assert rank_shapes(d.spec)["experts"] == rank_shapes(target)["experts"] == 2
 
 
-def test_experts_raised_to_topk():
+def test_experts_raised_above_topk():
     target = S.run(S.mixtral(num_moe_experts=64, moe_router_topk=8), nodes=8, ep=64)
     d = downscale(target, 1, "cpu")
-    assert d.spec.model.num_moe_experts == 8
+    assert d.spec.model.num_moe_experts == 16
     assert any(r.startswith("experts_topk") for r in d.rules)
+    # Two experts per rank, top-2 of four in the target: four measured, not two.
+    target = S.run(S.mixtral(num_moe_experts=4), hw="cpu", gpn=2, ep=2,
+                   train={"seq_length": 256, "global_batch_size": 16})
+    assert downscale(target, 1, "cpu").spec.model.num_moe_experts == 4
 
 
 def test_overrides_rebuild_the_downscaled_spec_from_any_base():
