@@ -2,17 +2,25 @@
 
 On a CPU "node" the ranks share memory bandwidth, caches and the power budget, so a rank
 computes slower when its neighbours compute too (on this project's 2-core machine a
-layer runs about 1.3x slower with both cores busy). A measurement in one process sees
-none of that; timing the same steps again while helper processes run a transformer-like
-kernel mix of the measured shapes (GEMMs of hidden x ffn, SiLU, softmax over a score
-block) gives the slowdown per layer kind, which the projector applies when the target
-keeps several ranks of one CPU node busy. GPUs do not share compute: never used there.
+layer runs about 1.3-1.5x slower with both cores busy). A measurement in one process
+sees none of that. Here each other core gets a neighbour that trains the *same*
+downscaled megatron-core model in its own one-process group (what another rank of the
+target does, minus the collectives), and the same steps are timed again; the slowdown
+per layer kind is applied by the projector when the target keeps several ranks of one
+CPU node busy. Without a spec the neighbour runs a transformer-like kernel mix of the
+measured shapes instead. GPUs do not share compute: never used there.
 """
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+import tempfile
 from contextlib import contextmanager
+
+_DIST_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+             "MASTER_PORT", "GROUP_RANK", "TORCHELASTIC_RUN_ID")
 
 
 def _burn(tokens: int, hidden: int, ffn: int, heads: int, seq: int) -> None:
@@ -30,18 +38,49 @@ def _burn(tokens: int, hidden: int, ffn: int, heads: int, seq: int) -> None:
         del y, z
 
 
+def _train(overrides_path: str) -> None:
+    """Train the downscaled model on synthetic data until terminated."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
+    from primus_ext.measure.build import build, init_distributed, prepare_runtime
+    prepare_runtime(1)
+    from primus_ext.measure.overrides import spec_from_overrides
+    from primus_ext.measure.step import data_iterators, train_step
+    with open(overrides_path) as f:
+        spec = spec_from_overrides(json.load(f))
+    init_distributed()
+    built = build(spec)
+    iters = data_iterators(built, seed=4321)
+    train_step(built, iters, spec.num_microbatches)
+    print("ready", flush=True)
+    while True:
+        train_step(built, iters, spec.num_microbatches)
+
+
 @contextmanager
-def busy_neighbours(num: int, shapes: dict):
+def busy_neighbours(num: int, shapes: dict, spec=None):
     """Run ``num`` helper processes loading one core each until the block ends (a fresh
-    interpreter each: nothing of the caller's process is inherited)."""
+    interpreter each, outside any process group of the caller). With ``spec`` (a
+    one-process RunSpec) each trains that model; otherwise a kernel mix of ``shapes``."""
     if num <= 0:
         yield 0
         return
-    args = [str(int(shapes.get("tokens", 1024))), str(int(shapes.get("hidden_size", 1024))),
-            str(int(shapes.get("ffn", 4096))), str(int(shapes.get("heads", 8))),
-            str(min(int(shapes.get("seq_length", 1024)), 2048))]
+    env = {k: v for k, v in os.environ.items() if k not in _DIST_ENV}
+    env["OMP_NUM_THREADS"] = "1"
+    tmp = None
+    if spec is not None and spec.world_size == 1:
+        from primus_ext.measure.overrides import spec_overrides
+        tmp = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+        json.dump(spec_overrides(spec), tmp)
+        tmp.close()
+        args = ["--train", tmp.name]
+    else:
+        args = [str(int(shapes.get("tokens", 1024))), str(int(shapes.get("hidden_size", 1024))),
+                str(int(shapes.get("ffn", 4096))), str(int(shapes.get("heads", 8))),
+                str(min(int(shapes.get("seq_length", 1024)), 2048))]
     procs = [subprocess.Popen([sys.executable, "-m", "primus_ext.measure.contention"] + args,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              env=env)
              for _ in range(num)]
     try:
         for p in procs:
@@ -55,7 +94,12 @@ def busy_neighbours(num: int, shapes: dict):
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 p.kill()
+        if tmp is not None:
+            os.unlink(tmp.name)
 
 
 if __name__ == "__main__":
-    _burn(*(int(a) for a in sys.argv[1:6]))
+    if sys.argv[1] == "--train":
+        _train(sys.argv[2])
+    else:
+        _burn(*(int(a) for a in sys.argv[1:6]))

@@ -110,6 +110,31 @@ def apply_overrides(spec: RunSpec, overrides: list[str] | tuple[str, ...]) -> Ru
                    cluster=new_cluster)
 
 
+def spec_from_overrides(overrides: list[str] | tuple[str, ...]) -> RunSpec:
+    """A RunSpec from a complete override list (as ``spec_overrides`` writes it)."""
+    from primus_ext.spec import ModelSpec, ParallelSpec, TrainSpec
+    parts: dict[str, dict] = {g: {} for g in GROUPS}
+    cluster: dict = {}
+    hw_over: dict = {}
+    for item in overrides:
+        key, value = _parse(item)
+        group, _, name = key.partition(".")
+        if isinstance(value, list):
+            value = tuple(value)
+        if group in parts:
+            parts[group][name] = value
+        elif name.startswith("hardware_overrides."):
+            hw_over[name.split(".", 1)[1]] = value
+        else:
+            cluster[name] = value
+    hw = hardware_preset(cluster.pop("hardware"))
+    if hw_over:
+        hw = dataclasses.replace(hw, **hw_over)
+    return RunSpec(model=ModelSpec(**parts["model"]), parallel=ParallelSpec(**parts["parallel"]),
+                   train=TrainSpec(**parts["train"]),
+                   cluster=ClusterSpec(hardware=hw, **cluster))
+
+
 def cluster_of(hw_name: str, num_nodes: int, gpus_per_node: int) -> ClusterSpec:
     return ClusterSpec(hardware=hardware_preset(hw_name), num_nodes=num_nodes,
                        gpus_per_node=gpus_per_node)

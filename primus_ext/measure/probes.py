@@ -167,10 +167,9 @@ def _contention(built: Built, timer: LayerTimer, iters, m: int, opts,
                 alone: dict, spec: RunSpec, rounds: int = 2) -> dict[str, float]:
     """Per-kind slowdown with every other core busy (CPU, fewer ranks than cores).
 
-    ``rounds`` of alternating (busy, alone) passes; the ratio of the fastest step with
-    busy neighbours to the fastest step alone. A third party loading the machine slows
-    some steps of either kind; the fastest ones are the least disturbed, so the ratio
-    of minima isolates what the neighbours cost (alternating keeps drift out)."""
+    Each other core runs a neighbour training the same model (``contention.py``);
+    ``rounds`` of alternating (busy, alone) passes, the ratio of the medians of the
+    per-step means (alternating keeps a drift of the machine's load out)."""
     import os
     free = (os.cpu_count() or 1) - dist.get_world_size()
     if torch.cuda.is_available() or not opts.contention or free <= 0:
@@ -180,7 +179,7 @@ def _contention(built: Built, timer: LayerTimer, iters, m: int, opts,
     busy: dict[str, list[float]] = defaultdict(list)
     base: dict[str, list[float]] = defaultdict(list)
     for _ in range(rounds):
-        with busy_neighbours(free, rank_shapes(spec)):
+        with busy_neighbours(free, rank_shapes(spec), spec):
             _run_steps(built, timer, iters, m, 1, opts.repeats, trace=False)
         for k, v in _step_means(spec, timer).items():
             busy[k] += v
@@ -191,5 +190,5 @@ def _contention(built: Built, timer: LayerTimer, iters, m: int, opts,
     # Physical range: not faster than alone, not slower than sharing every busy core
     # evenly.
     top = float(free + dist.get_world_size())
-    return {k: min(max(min(busy[k]) / min(base[k]), 1.0), top)
-            for k in busy if base.get(k) and min(base[k]) > 0}
+    return {k: min(max(_median(busy[k]) / _median(base[k]), 1.0), top)
+            for k in busy if base.get(k) and _median(base[k]) > 0}
