@@ -163,13 +163,13 @@ def _write_recipe(la, profile_path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    from primus_ext.measure.build import prepare_runtime
-    prepare_runtime()  # the collective tracer goes in before megatron.core is imported
     try:
-        la = parse_launch_args(argv)
+        la = parse_launch_args(argv)  # pure: --help and errors need no torch
     except ValueError as exc:
         print(f"pretrain_gpt.py: error: {exc}", file=sys.stderr)
         return 2
+    from primus_ext.measure.build import prepare_runtime
+    prepare_runtime()  # the collective tracer goes in before megatron.core is imported
     warn = ignored_warning(la.ignored)
     if warn and _rank() == 0:
         print(warn, file=sys.stderr, flush=True)
