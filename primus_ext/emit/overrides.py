@@ -77,13 +77,8 @@ def _diffs(group: str, have, want, cfg) -> list[tuple[str, object]]:
     return out
 
 
-def spec_overrides(spec: RunSpec, user_overrides: Sequence[str] | None = None) -> list[str]:
-    """Overrides that compose to exactly ``spec``."""
-    start = _starting_overrides(spec, user_overrides)
-    cfg = compose_cfg(start)
-    have = spec_from_cfg(cfg)
+def _group_overrides(have: RunSpec, spec: RunSpec, cfg) -> list[str]:
     extra: list[str] = []
-    cluster_keys = {"hardware", "num_nodes", "gpus_per_node", "gpu_hour_cost"}
     for group in ("model", "parallel", "train"):
         for name, value in _diffs(group, getattr(have, group), getattr(spec, group), cfg):
             prefix = "" if name in cfg[group] else "+"
@@ -91,16 +86,39 @@ def spec_overrides(spec: RunSpec, user_overrides: Sequence[str] | None = None) -
     hc, wc = have.cluster, spec.cluster
     if hc.hardware.name != wc.hardware.name:
         extra.append(f"cluster.hardware={wc.hardware.name}")
-    for name in sorted(cluster_keys - {"hardware"}):
+    for name in ("gpu_hour_cost", "gpus_per_node", "num_nodes"):
         if getattr(hc, name) != getattr(wc, name):
             extra.append(f"cluster.{name}={hydra_value(getattr(wc, name))}")
-    out = [o for o in start if _key_of(o) not in {_key_of(e) for e in extra}] + extra
-    if hc.hardware.name != wc.hardware.name:
+    return extra
+
+
+def _merge(out: list[str], extra: list[str]) -> list[str]:
+    keys = {_key_of(e) for e in extra}
+    return [o for o in out if _key_of(o) not in keys] + extra
+
+
+def spec_overrides(spec: RunSpec, user_overrides: Sequence[str] | None = None) -> list[str]:
+    """Overrides that compose to exactly ``spec``.
+
+    Some defaults follow other keys (sequence parallelism follows tp), so the diff is
+    taken again after composing until nothing differs."""
+    out = _starting_overrides(spec, user_overrides)
+    cfg = compose_cfg(out)
+    have = spec_from_cfg(cfg)
+    first_hw = have.cluster.hardware.name
+    for _ in range(3):
+        extra = _group_overrides(have, spec, cfg)
+        if not extra:
+            break
+        out = _merge(out, extra)
+        cfg = compose_cfg(out)
+        have = spec_from_cfg(cfg)
+    if first_hw != spec.cluster.hardware.name:
         # Overrides of another GPU kind's constants do not carry over to this one.
         out = [o for o in out if not _key_of(o).startswith("cluster.hardware_overrides")]
-    again = spec_from_cfg(compose_cfg(out))
-    if again != spec:
-        bad = [g for g in _GROUPS if getattr(again, g) != getattr(spec, g)]
+        have = spec_from_cfg(compose_cfg(out))
+    if have != spec:
+        bad = [g for g in _GROUPS if getattr(have, g) != getattr(spec, g)]
         raise AssertionError(f"overrides {out} do not reproduce the spec (group(s) "
                              f"{', '.join(bad)} differ)")
     return out
