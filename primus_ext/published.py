@@ -21,8 +21,6 @@ Rules (column conventions: ``data/validation/README.md``):
 """
 from __future__ import annotations
 
-import dataclasses
-
 import csv
 import re
 from dataclasses import dataclass, field
@@ -30,6 +28,9 @@ from pathlib import Path
 from typing import Mapping
 
 from primus_ext.presets import hardware_preset, list_presets, model_preset
+from primus_ext.published_cells import RowError, _Row
+from primus_ext.published_gaps import (  # noqa: F401 (re-exported)
+    DEFAULT_MICROBATCHES_PER_STAGE, derive_gbs, layout_from_notes, recompute_if_needed)
 from primus_ext.published_names import (  # noqa: F401 (MODEL_ALIASES re-exported)
     MODEL_ALIASES, hardware_preset_name, match_model_preset, normalize_model_name)
 from primus_ext.published_recipes import Recipe, RowFacts, recipe_for
@@ -37,9 +38,6 @@ from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, Train
 
 DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "validation" / "published_runs.csv"
 
-# Microbatches per pipeline stage assumed when a row gives no global batch and no way to
-# derive one (the NeMo / Megatron-Bridge tables run 8-16 microbatches per stage).
-DEFAULT_MICROBATCHES_PER_STAGE = 8
 
 # Megatron-LM's GPT defaults (arguments.py): 4*hidden FFN, MHA, GeLU, LayerNorm, biases,
 # learned absolute positions. The MegatronGPT-* rows' stated parameter counts imply untied
@@ -97,53 +95,6 @@ class PublishedRun:
     notes: tuple[str, ...] = field(default=())  # assumptions made for this row
 
 
-class RowError(ValueError):
-    """A row that cannot become a RunSpec; the message names the row and column."""
-
-
-# ---- cell parsing -------------------------------------------------------------------
-class _Row:
-    def __init__(self, row: Mapping[str, str | None], run_id: str):
-        self.row, self.run_id = row, run_id
-
-    def fail(self, column: str, msg: str) -> RowError:
-        return RowError(f"row {self.run_id}: column {column!r}: {msg}")
-
-    def text(self, column: str, required: bool = False) -> str:
-        value = self.row.get(column)
-        if value is None:
-            if required:
-                raise self.fail(column, "missing (no such column in this row)")
-            return ""
-        value = value.strip()
-        if required and not value:
-            raise self.fail(column, "is empty; it is required")
-        return value
-
-    def int_(self, column: str, required: bool = False) -> int | None:
-        value = self.text(column, required)
-        if not value or value.lower() in ("n/a", "na", "-"):
-            if required:
-                raise self.fail(column, f"{value!r} is not an integer")
-            return None
-        try:
-            number = float(value)
-        except ValueError:
-            raise self.fail(column, f"{value!r} is not an integer") from None
-        if number != int(number):
-            raise self.fail(column, f"{value!r} is not an integer")
-        return int(number)
-
-    def float_(self, column: str) -> float | None:
-        value = self.text(column)
-        if not value:
-            return None
-        try:
-            return float(value)
-        except ValueError:
-            raise self.fail(column, f"{value!r} is not a number") from None
-
-
 # ---- one row ------------------------------------------------------------------------
 def parse_row(row: Mapping[str, str | None], line: int | None = None) -> PublishedRun:
     """One CSV row as a PublishedRun (spec or error, never an exception)."""
@@ -176,7 +127,7 @@ def parse_row(row: Mapping[str, str | None], line: int | None = None) -> Publish
         notes.append(f"{spec.layout.describe()} (chosen: layers do not divide pp*vpp and "
                      "the row gives no layout)")
     if not r.text("recompute") and not recipe.sets_recompute:
-        spec = _recompute_if_needed(spec, notes)
+        spec = recompute_if_needed(spec, notes)
     return PublishedRun(**base, spec=spec, error=None, measured=measured,
                         model_preset=preset, hardware_preset=hw_name, notes=tuple(notes))
 
@@ -264,28 +215,6 @@ def _cluster(r: _Row, notes: list[str]) -> tuple[ClusterSpec, str]:
                  f"a {hw_name} node nor smaller than one node")
 
 
-_LAYOUT_INTS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
-_LAYOUT_FLAGS = ("account_for_embedding_in_pipeline_split",
-                 "account_for_loss_in_pipeline_split")
-
-
-def _layout_from_notes(text: str) -> dict:
-    """Uneven pipeline layout written in a row's notes with Megatron-LM's flag names,
-    e.g. 'decoder_first_pipeline_num_layers=3' or 'pipeline_layout=[4,4,3]'."""
-    found: dict = {}
-    for key in _LAYOUT_INTS:
-        m = re.search(rf"{key}\s*[=:]\s*(\d+)", text)
-        if m:
-            found[key] = int(m.group(1))
-    for key in _LAYOUT_FLAGS:
-        if key in text:
-            found[key] = True
-    m = re.search(r"pipeline_layout\s*[=:]\s*\[?\s*(\d+(?:\s*,\s*\d+)*)", text)
-    if m:
-        found["pipeline_layout"] = tuple(int(v) for v in m.group(1).split(","))
-    return found
-
-
 _TP_OVERLAP_NOTE = re.compile(r"\bTP\b[\w/]*\s+comm(?:unication)?\s+overlap\s+on", re.I)
 
 
@@ -351,7 +280,7 @@ def _parallel(r: _Row, model: ModelSpec, world: int, notes: list[str],
     else:
         raise r.fail("fsdp_or_zero", f"{sharding!r} is not one of fsdp*, zero1, "
                      "distributed-optimizer*, none(ddp), none")
-    layout = _layout_from_notes(r.text("notes"))
+    layout = layout_from_notes(r.text("notes"))
     if layout:
         kwargs.update(layout)
         notes.append(f"pipeline layout from the row's notes: {layout}")
@@ -380,7 +309,7 @@ def _train(r: _Row, par: ParallelSpec, world: int, measured: Measured,
     per_step = mbs * dp
     gbs = r.int_("gbs")
     if gbs is None:
-        gbs = _derive_gbs(r, per_step, par.pp, world, seq, measured, notes)
+        gbs = derive_gbs(r, per_step, par.pp, world, seq, measured, notes)
     precision = r.text("precision").lower()
     if not precision:
         precision = "bf16"
@@ -413,46 +342,6 @@ def _train(r: _Row, par: ParallelSpec, world: int, measured: Measured,
                          precision=precision, **kwargs)
     except ValueError as exc:
         raise RowError(f"row {r.run_id}: {exc}") from None
-
-
-def _derive_gbs(r: _Row, per_step: int, pp: int, world: int, seq: int,
-                measured: Measured, notes: list[str]) -> int:
-    if measured.step_time_s and measured.tokens_per_s_per_gpu:
-        sequences = measured.step_time_s * measured.tokens_per_s_per_gpu * world / seq
-        gbs = max(1, round(sequences / per_step)) * per_step
-        notes.append(f"gbs empty: {gbs} derived from measured step time x tokens/s/GPU x "
-                     f"GPUs / seq_len ({sequences:.1f} sequences, rounded to a multiple "
-                     f"of mbs*dp={per_step})")
-        return gbs
-    m = re.search(r"\bgbs\b[^;]*?\bdefault\s+(\d+)", r.text("notes"), re.IGNORECASE)
-    if m and int(m.group(1)) % per_step == 0:
-        gbs = int(m.group(1))
-        notes.append(f"gbs empty: {gbs}, the default named in the row's notes")
-        return gbs
-    num_micro = DEFAULT_MICROBATCHES_PER_STAGE * pp
-    gbs = per_step * num_micro
-    notes.append(f"gbs empty: {gbs} = mbs*dp={per_step} x {num_micro} microbatches "
-                 f"(DEFAULT_MICROBATCHES_PER_STAGE={DEFAULT_MICROBATCHES_PER_STAGE} x pp)")
-    return gbs
-
-
-def _recompute_if_needed(spec: RunSpec, notes: list[str]) -> RunSpec:
-    """A row that states no recompute and cannot fit without it must have used it: take
-    the least recompute that fits (selective, then full), as a user would."""
-    from primus_ext.memory.report import memory_report
-
-    if memory_report(spec).fits:
-        return spec
-    for kwargs in (dict(recompute_granularity="selective"),
-                   dict(recompute_granularity="full", recompute_method="uniform",
-                        recompute_num_layers=1)):
-        trial = dataclasses.replace(spec, train=dataclasses.replace(spec.train, **kwargs))
-        if memory_report(trial).fits:
-            notes.append(f"recompute not stated and the run does not fit without it: "
-                         f"recompute_granularity={kwargs['recompute_granularity']} assumed")
-            return trial
-    notes.append("recompute not stated; the run does not fit even with full recompute")
-    return spec
 
 
 # ---- files --------------------------------------------------------------------------
