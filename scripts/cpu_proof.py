@@ -229,7 +229,11 @@ def main() -> int:
                       f"process(es), {iters} iterations) ...", flush=True)
                 loads.append((f"round {rnd + 1} real {c.name}", _load()))
                 real = real_run(c, iters, tmp)
-                per_cfg[c.name].append({"projected": est.step_time_s,
+                prof = json.loads(Path(index[c.name]).read_text())
+                kinds = {k: {"fwd_ms": v["fwd_s"] * 1e3, "bwd_ms": v["bwd_s"] * 1e3,
+                             "contention": v["contention"]}
+                         for k, v in prof["layers"].items()}
+                per_cfg[c.name].append({"projected": est.step_time_s, "profile": kinds,
                                         "measured": real["median_step_s"],
                                         "breakdown": est.breakdown,
                                         "steps": [s["step_s"] for s in real["steps"]]})

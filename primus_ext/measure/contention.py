@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -57,13 +58,37 @@ def _train(overrides_path: str) -> None:
         train_step(built, iters, spec.num_microbatches)
 
 
+class Neighbours:
+    """The helper processes of ``busy_neighbours``: ``pause()`` stops them (SIGSTOP),
+    ``resume()`` lets them run again (SIGCONT), so busy and quiet passes can alternate
+    without paying their start-up each time."""
+
+    def __init__(self, procs: list) -> None:
+        self.procs = procs
+
+    def __len__(self) -> int:
+        return len(self.procs)
+
+    def _signal(self, sig) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.kill(p.pid, sig)
+
+    def pause(self) -> None:
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+
 @contextmanager
 def busy_neighbours(num: int, shapes: dict, spec=None):
     """Run ``num`` helper processes loading one core each until the block ends (a fresh
     interpreter each, outside any process group of the caller). With ``spec`` (a
-    one-process RunSpec) each trains that model; otherwise a kernel mix of ``shapes``."""
+    one-process RunSpec) each trains that model; otherwise a kernel mix of ``shapes``.
+    Yields a ``Neighbours`` (running)."""
     if num <= 0:
-        yield 0
+        yield Neighbours([])
         return
     env = {k: v for k, v in os.environ.items() if k not in _DIST_ENV}
     env["OMP_NUM_THREADS"] = "1"
@@ -85,9 +110,11 @@ def busy_neighbours(num: int, shapes: dict, spec=None):
     try:
         for p in procs:
             p.stdout.readline()  # "ready" (or EOF if it died)
-        yield num
+        yield Neighbours(procs)
     finally:
         for p in procs:
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGCONT)  # a stopped process cannot act on TERM
             p.terminate()
         for p in procs:
             try:

@@ -164,12 +164,15 @@ def _step_means(spec: RunSpec, timer: LayerTimer) -> dict[str, list[float]]:
 
 
 def _contention(built: Built, timer: LayerTimer, iters, m: int, opts,
-                alone: dict, spec: RunSpec, rounds: int = 2) -> dict[str, float]:
+                alone: dict, spec: RunSpec, rounds: int = 6, steps: int = 2
+                ) -> dict[str, float]:
     """Per-kind slowdown with every other core busy (CPU, fewer ranks than cores).
 
-    Each other core runs a neighbour training the same model (``contention.py``);
-    ``rounds`` of alternating (busy, alone) passes, the ratio of the medians of the
-    per-step means (alternating keeps a drift of the machine's load out)."""
+    Each other core runs a neighbour training the same model (``contention.py``),
+    started once and paused / resumed: ``rounds`` of alternating (busy, quiet) passes of
+    ``steps`` steps, the ratio of the medians of the per-step means. On a VM the
+    slowdown changes with how the host maps the virtual cores (shared or separate
+    physical cores), so it is sampled over the whole window, as a real run lives it."""
     import os
     free = (os.cpu_count() or 1) - dist.get_world_size()
     if torch.cuda.is_available() or not opts.contention or free <= 0:
@@ -178,14 +181,16 @@ def _contention(built: Built, timer: LayerTimer, iters, m: int, opts,
 
     busy: dict[str, list[float]] = defaultdict(list)
     base: dict[str, list[float]] = defaultdict(list)
-    for _ in range(rounds):
-        with busy_neighbours(free, rank_shapes(spec), spec):
-            _run_steps(built, timer, iters, m, 1, opts.repeats, trace=False)
-        for k, v in _step_means(spec, timer).items():
-            busy[k] += v
-        _run_steps(built, timer, iters, m, 0, opts.repeats, trace=False)
-        for k, v in _step_means(spec, timer).items():
-            base[k] += v
+    with busy_neighbours(free, rank_shapes(spec), spec) as nb:
+        for _ in range(rounds):
+            nb.resume()
+            _run_steps(built, timer, iters, m, 0, steps, trace=False)
+            for k, v in _step_means(spec, timer).items():
+                busy[k] += v
+            nb.pause()
+            _run_steps(built, timer, iters, m, 0, steps, trace=False)
+            for k, v in _step_means(spec, timer).items():
+                base[k] += v
     timer.reset()
     # Physical range: not faster than alone, not slower than sharing every busy core
     # evenly.
