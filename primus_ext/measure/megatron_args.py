@@ -76,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     a("--moe-ffn-hidden-size", type=int)
     a("--moe-shared-expert-intermediate-size", type=int)
     a("--moe-layer-freq", default=None)
+    a("--moe-router-num-groups", type=int)
+    a("--moe-router-group-topk", type=int)
     a("--multi-latent-attention", action="store_true")
     a("--q-lora-rank", type=int)
     a("--kv-lora-rank", type=int, default=512)
@@ -122,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     a("--attention-softmax-in-fp32", action="store_true")
     a("--no-attention-softmax-in-fp32", action="store_true")
     a("--optimizer", default="adam", choices=("adam", "sgd"))
+    a("--cross-entropy-loss-fusion", action="store_true")
     a("--mock-data", action="store_true")
     a("--train-iters", type=int, default=10)
     # primus-ext
@@ -197,6 +200,12 @@ def _env_int(name: str) -> int | None:
     return int(v) if v and v.isdigit() else None
 
 
+def _known(cls, **values) -> dict:
+    """The values whose fields ``cls`` has (specs grow fields; older ones lack them)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in values.items() if k in names}
+
+
 def _spec(ns, name: str | None) -> RunSpec:
     L = ns.num_layers
     freq, first_k = _moe_pattern(ns.moe_layer_freq, L) if ns.num_experts else (1, 0)
@@ -208,7 +217,10 @@ def _spec(ns, name: str | None) -> RunSpec:
     if ns.tokenizer_type == "NullTokenizer" and ns.vocab_size:
         vocab = ns.vocab_size + 1  # NullTokenizer appends the EOD token
     activation = "swiglu" if ns.swiglu else "squared_relu" if ns.squared_relu else "gelu"
+    extra_model = _known(ModelSpec, moe_router_num_groups=ns.moe_router_num_groups,
+                         moe_router_group_topk=ns.moe_router_group_topk)
     model = ModelSpec(
+        **extra_model,
         name=name or ns.model_name or f"gpt-{L}l-{ns.hidden_size}h",
         num_layers=L, hidden_size=ns.hidden_size,
         num_attention_heads=ns.num_attention_heads, ffn_hidden_size=ns.ffn_hidden_size,
@@ -275,7 +287,9 @@ def _spec(ns, name: str | None) -> RunSpec:
     attn = "unfused" if backend in ("unfused", "local") else "flash"
     cluster = _cluster(ns, par.tp * par.pp * par.cp)
     dp = cluster.world_size // (par.tp * par.pp * par.cp) or 1
+    extra_train = _known(TrainSpec, cross_entropy_loss_fusion=ns.cross_entropy_loss_fusion)
     train = TrainSpec(
+        **extra_train,
         seq_length=ns.seq_length, micro_batch_size=ns.micro_batch_size,
         global_batch_size=ns.global_batch_size or ns.micro_batch_size * dp,
         precision=precision, fp8_recipe=ns.fp8_recipe, recompute_granularity=gran,
