@@ -2,23 +2,14 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 from typing import Any, Iterable, Sequence
 
-
-def _clean(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
+from primus_ext.util.values import json_safe
 
 
 def print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(_clean(obj), indent=2) + "\n")
+    sys.stdout.write(json.dumps(json_safe(obj), indent=2) + "\n")
     sys.stdout.flush()
 
 

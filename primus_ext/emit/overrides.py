@@ -15,35 +15,11 @@ from omegaconf import OmegaConf
 
 from primus_ext.config import compose_cfg, spec_from_cfg
 from primus_ext.spec import RunSpec
+from primus_ext.util.values import hydra_value  # noqa: F401 (re-exported)
 
 # Top-level keys and groups of a tune command that have no place in a projection command.
 _DROP = re.compile(r"^[+~]*(mode|output|tune|hydra|plot|trace|out|runs)(\.|=|$)")
 _GROUPS = ("model", "parallel", "train", "cluster")
-_SAFE = re.compile(r"^[A-Za-z0-9_./:-]+$")
-
-
-def hydra_value(v) -> str:
-    """A value in Hydra's override grammar."""
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ",".join(hydra_value(x) for x in v) + "]"
-    s = str(v)
-    if _SAFE.match(s) and s not in ("null", "true", "false") and not _numeric(s):
-        return s
-    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _numeric(s: str) -> bool:
-    try:
-        float(s)
-        return True
-    except ValueError:
-        return False
 
 
 def keep_override(o: str) -> bool:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from primus_ext.emit.sweep_summary import JobResult, print_summary, write_summary_csv
 from primus_ext.util.files import atomic_write_text
+from primus_ext.util.values import json_safe
 
 RESULT_FILE = "result.json"
 SUMMARY_FILE = "summary.csv"
@@ -41,16 +41,6 @@ def job_value(job_return: JobReturn) -> Any:
         return job_return.return_value
     except Exception as exc:  # noqa: BLE001 - any job failure becomes a row
         return {"verdict": "failed", "error": f"{type(exc).__name__}: {exc}"}
-
-
-def _clean(obj):
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
 
 
 def _is_multirun(config: DictConfig) -> bool:
@@ -76,7 +66,7 @@ class SweepSummaryCallback(Callback):
         out_dir = OmegaConf.select(config, "hydra.runtime.output_dir")
         if out_dir:
             record = {"job": job.num, "overrides": list(job.overrides),
-                      "result": _clean(value)}
+                      "result": json_safe(value)}
             atomic_write_text(Path(out_dir) / RESULT_FILE,
                               json.dumps(record, indent=1, default=str) + "\n")
 

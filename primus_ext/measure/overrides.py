@@ -9,38 +9,14 @@ from its target and its overrides alone.
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import yaml
 
 from primus_ext.presets import hardware_preset
 from primus_ext.spec import ClusterSpec, RunSpec
+from primus_ext.util.values import hydra_value
 
 GROUPS = ("model", "parallel", "train")
-_SIMPLE = re.compile(r"^[A-Za-z0-9_.\-/:+]+$")
-
-
-def format_value(v) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ",".join(format_value(x) for x in v) + "]"
-    s = str(v)
-    if _SIMPLE.match(s) and s not in ("null", "true", "false") and not _numeric(s):
-        return s
-    return "'" + s.replace("'", "\\'") + "'"
-
-
-def _numeric(s: str) -> bool:
-    try:
-        float(s)
-        return True
-    except ValueError:
-        return False
 
 
 def spec_overrides(spec: RunSpec) -> list[str]:
@@ -51,11 +27,11 @@ def spec_overrides(spec: RunSpec) -> list[str]:
         value = getattr(spec, group)
         for f in dataclasses.fields(value):
             if f.init:
-                out.append(f"{group}.{f.name}={format_value(getattr(value, f.name))}")
+                out.append(f"{group}.{f.name}={hydra_value(getattr(value, f.name))}")
     c = spec.cluster
     out += [f"cluster.hardware={c.hardware.name}", f"cluster.num_nodes={c.num_nodes}",
-            f"cluster.gpus_per_node={format_value(c.gpus_per_node)}"]
-    out += [f"+cluster.hardware_overrides.{k}={format_value(v)}"
+            f"cluster.gpus_per_node={hydra_value(c.gpus_per_node)}"]
+    out += [f"+cluster.hardware_overrides.{k}={hydra_value(v)}"
             for k, v in hardware_diff(c.hardware).items()]
     return out
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 from pathlib import Path
+
+from primus_ext.util.values import json_safe
 
 log = logging.getLogger("primus_ext.tune")
 
@@ -26,16 +27,6 @@ def job_key(base_spec, calibration) -> str:
     ident = repr((base_spec.model, t.global_batch_size, t.seq_length,
                   base_spec.cluster, str(calibration)))
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
-
-
-def _clean(obj):
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
 
 
 def read_journal(path: str | os.PathLike) -> tuple[dict | None, list[dict], int]:
@@ -89,7 +80,7 @@ class Journal:
             self._write(header)
 
     def _write(self, record: dict) -> None:
-        self._f.write(json.dumps(_clean(record)) + "\n")
+        self._f.write(json.dumps(json_safe(record)) + "\n")
         self._f.flush()
 
     def append(self, record: dict) -> None:

@@ -1,0 +1,42 @@
+"""Value formatting shared by the writers: Hydra override syntax and JSON-safe data."""
+from __future__ import annotations
+
+import math
+import re
+
+_SAFE = re.compile(r"^[A-Za-z0-9_./:-]+$")
+
+
+def hydra_value(v) -> str:
+    """A value in Hydra's override grammar."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(hydra_value(x) for x in v) + "]"
+    s = str(v)
+    if _SAFE.match(s) and s not in ("null", "true", "false") and not _numeric(s):
+        return s
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _numeric(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
+
+
+def json_safe(obj):
+    """``obj`` with non-finite floats as None and tuples as lists (strict JSON)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
