@@ -140,22 +140,14 @@ def _groups() -> dict[str, object]:
 
 
 def init_model_parallel(spec: RunSpec, seed: int = 1234) -> dict[str, object]:
-    from megatron.core import parallel_state as ps
-    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+    # The same group setup the memory probes use (one place for initialize_model_parallel).
+    from primus_ext.measure.memory_probe import setup_parallel
 
-    p = spec.parallel
     world = dist.get_world_size()
     if world != spec.world_size:
         raise ValueError(f"the run spec has world size {spec.world_size} but "
                          f"{world} processes were launched")
-    if ps.model_parallel_is_initialized():
-        ps.destroy_model_parallel()
-    ps.initialize_model_parallel(
-        tensor_model_parallel_size=p.tp, pipeline_model_parallel_size=p.pp,
-        virtual_pipeline_model_parallel_size=p.vpp if p.vpp > 1 else None,
-        context_parallel_size=p.cp, expert_model_parallel_size=p.ep,
-        expert_tensor_parallel_size=p.expert_tp, order=p.order)
-    model_parallel_cuda_manual_seed(seed)
+    setup_parallel(spec, seed)
     groups = _groups()
     from primus_ext.measure.tracer import get_tracer
     tracer = get_tracer()

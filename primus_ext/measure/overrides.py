@@ -54,9 +54,13 @@ def _parse(item: str) -> tuple[str, object]:
     return key.lstrip("+~"), value
 
 
-def apply_overrides(spec: RunSpec, overrides: list[str] | tuple[str, ...]) -> RunSpec:
-    """``spec`` with ``group.key=value`` overrides applied (validated as a new RunSpec)."""
-    parts = {g: {} for g in GROUPS}
+_CLUSTER_KEYS = ("hardware", "num_nodes", "gpus_per_node", "gpu_hour_cost")
+
+
+def _split(overrides) -> tuple[dict[str, dict], dict, dict]:
+    """``group.key=value`` overrides sorted into per-group fields, cluster fields and
+    hardware-constant overrides."""
+    parts: dict[str, dict] = {g: {} for g in GROUPS}
     cluster: dict = {}
     hw_over: dict = {}
     for item in overrides:
@@ -68,12 +72,17 @@ def apply_overrides(spec: RunSpec, overrides: list[str] | tuple[str, ...]) -> Ru
             parts[group][name] = value
         elif group == "cluster" and name.startswith("hardware_overrides."):
             hw_over[name.split(".", 1)[1]] = value
-        elif group == "cluster" and name in ("hardware", "num_nodes", "gpus_per_node",
-                                             "gpu_hour_cost"):
+        elif group == "cluster" and name in _CLUSTER_KEYS:
             cluster[name] = value
         else:
             raise ValueError(f"override {item!r}: only model.*, parallel.*, train.* and "
                              "cluster.* keys can be applied to a spec")
+    return parts, cluster, hw_over
+
+
+def apply_overrides(spec: RunSpec, overrides: list[str] | tuple[str, ...]) -> RunSpec:
+    """``spec`` with ``group.key=value`` overrides applied (validated as a new RunSpec)."""
+    parts, cluster, hw_over = _split(overrides)
     new = {g: dataclasses.replace(getattr(spec, g), **parts[g]) if parts[g]
            else getattr(spec, g) for g in GROUPS}
     hw = spec.cluster.hardware
@@ -89,20 +98,7 @@ def apply_overrides(spec: RunSpec, overrides: list[str] | tuple[str, ...]) -> Ru
 def spec_from_overrides(overrides: list[str] | tuple[str, ...]) -> RunSpec:
     """A RunSpec from a complete override list (as ``spec_overrides`` writes it)."""
     from primus_ext.spec import ModelSpec, ParallelSpec, TrainSpec
-    parts: dict[str, dict] = {g: {} for g in GROUPS}
-    cluster: dict = {}
-    hw_over: dict = {}
-    for item in overrides:
-        key, value = _parse(item)
-        group, _, name = key.partition(".")
-        if isinstance(value, list):
-            value = tuple(value)
-        if group in parts:
-            parts[group][name] = value
-        elif name.startswith("hardware_overrides."):
-            hw_over[name.split(".", 1)[1]] = value
-        else:
-            cluster[name] = value
+    parts, cluster, hw_over = _split(overrides)
     hw = hardware_preset(cluster.pop("hardware"))
     if hw_over:
         hw = dataclasses.replace(hw, **hw_over)
