@@ -210,7 +210,9 @@ def main() -> int:
     ap.add_argument("--_measure", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--_names", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    repeats = a.repeats or (3 if a.quick else 6)
+    # Measured steps: enough to span several seconds, as the real run's steady state
+    # does (this machine's speed moves on a scale of seconds).
+    repeats = a.repeats or (3 if a.quick else 16)
     if a._microbench:
         microbench_worker(a._microbench, a.quick)
         return 0
@@ -236,14 +238,17 @@ def main() -> int:
             _run(_torchrun(2) + [__file__, "--_microbench", str(fits_path)] + quick, 900)
             fits = json.loads(fits_path.read_text())
         for rnd in range(rounds):
-            # Each round measures and runs everything again: on a shared machine a busy
-            # neighbour hits one round, the median over rounds keeps it out.
-            print(f"round {rnd + 1}/{rounds}: measurement, 1 process ...", flush=True)
-            loads.append((f"round {rnd + 1} measurement", _load()))
-            _run([sys.executable, __file__, "--_measure", str(tmp), "--_names",
-                  ",".join(names), "--repeats", str(repeats)] + quick, 1800)
-            index = json.loads((tmp / "index.json").read_text())
+            # Each round measures and runs everything again, every target's measurement
+            # right before its real run (a shared machine's speed drifts over minutes:
+            # the pair sees the same machine); the median over rounds keeps a busy
+            # neighbour's round out.
             for c in cfgs:
+                print(f"round {rnd + 1}/{rounds}: measurement for {c.name}, 1 process ...",
+                      flush=True)
+                loads.append((f"round {rnd + 1} measurement {c.name}", _load()))
+                _run([sys.executable, __file__, "--_measure", str(tmp), "--_names",
+                      c.name, "--repeats", str(repeats)] + quick, 1800)
+                index = json.loads((tmp / "index.json").read_text())
                 est = project(c, index[c.name], fits)
                 print(f"round {rnd + 1}/{rounds}: real run {c.name} ({c.nproc} "
                       f"process(es), {iters} iterations) ...", flush=True)
@@ -256,6 +261,7 @@ def main() -> int:
                 per_cfg[c.name].append({"projected": est.step_time_s, "profile": kinds,
                                         "measured": real["median_step_s"],
                                         "breakdown": est.breakdown,
+                                        "notes": list(est.notes),
                                         "steps": [s["step_s"] for s in real["steps"]]})
     rows = []
     for c in cfgs:

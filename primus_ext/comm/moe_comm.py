@@ -18,6 +18,14 @@ Dispatchers (``parallel.moe_token_dispatcher_type``, megatron-core):
 - ``allgather``: the EP group's tokens are all-gathered (``T h ep`` bytes) and the
   expert outputs reduce-scattered; backward mirrors.
 
+Metadata of the ``alltoall`` dispatcher (``METADATA_OPS``, megatron-core 0.14-0.19
+``MoEAlltoAllTokenDispatcher``): ``preprocess`` all-gathers every rank's tokens per expert
+(``E`` int64 values) over the expert tensor-and-expert group before the dispatch can be
+sized, and ``token_dispatch`` sends the routing weights of the routed rows (``T k`` values
+of the activation dtype) in a second all-to-all beside the tokens, whose backward sends
+their gradients back. Few bytes, but each is one more latency-bound collective per MoE
+layer and microbatch (on a CPU over gloo, about a millisecond each).
+
 Expected domains hit, under balanced (uniform) routing (``expected_domains_hit``): a
 domain holds ``E / K`` consecutive experts; without groups the ``k`` experts are a
 uniform draw from ``E``; with groups, ``group_topk`` of the ``num_groups`` groups are
@@ -48,6 +56,8 @@ from primus_ext.spec.run import RunSpec
 
 _EP_OPS = (("dispatch", "fwd"), ("combine", "fwd"), ("combine_bwd", "bwd"),
            ("dispatch_bwd", "bwd"))
+# The alltoall dispatcher's metadata collectives (op names; see the module docstring).
+METADATA_OPS = ("moe.ep_token_counts", "moe.ep_dispatch_probs", "moe.ep_dispatch_probs_bwd")
 
 
 def _p_miss(total: int, avoid: int, draws: int) -> float:
@@ -140,6 +150,35 @@ def ep_comm_ops(spec: RunSpec, tokens: float, width_bytes: float, *,
         ops.append(CommOp(name=f"moe.ep_{name}", axis="ep", collective=coll[name],
                           num_bytes=int(size), group_size=span.size, phase=phase,
                           seconds=s, exposed_s=exp))
+    if par.moe_token_dispatcher_type == "alltoall":
+        share = {op.phase: op.exposed_s / op.seconds for op in ops
+                 if op.name in ("moe.ep_dispatch", "moe.ep_dispatch_bwd") and op.seconds > 0}
+        ops += _metadata_ops(spec, span, tokens, width_bytes / spec.model.hidden_size,
+                             share)
+    return ops
+
+
+def _metadata_ops(spec: RunSpec, span, tokens: float, value_bytes: float,
+                  exposed_share: dict[str, float]) -> list[CommOp]:
+    """Token counts (all-gather, forward) and the routing weights' all-to-all (forward
+    and backward) of the ``alltoall`` dispatcher. The counts gather is followed by a
+    device-to-host sync that no schedule hides; the weights travel with the tokens and
+    share their overlap."""
+    hw = spec.cluster.hardware
+    m, par = spec.model, spec.parallel
+    group = span.size * par.expert_tp
+    counts = m.num_moe_experts * 8 * group
+    t = all_gather_s(hw, span, counts)
+    ops = [CommOp(name=METADATA_OPS[0], axis="ep", collective="all_gather",
+                  num_bytes=int(counts), group_size=span.size, phase="fwd", seconds=t,
+                  exposed_s=t)]
+    up, out = _ep_bytes(spec, tokens, value_bytes)
+    t = network_and_link_s(hw, span, up, out, a2a=True)
+    size = tokens * m.moe_router_topk * value_bytes
+    for name, phase in zip(METADATA_OPS[1:], ("fwd", "bwd")):
+        ops.append(CommOp(name=name, axis="ep", collective="all_to_all", num_bytes=int(size),
+                          group_size=span.size, phase=phase, seconds=t,
+                          exposed_s=exposed_share.get(phase, 1.0) * t))
     return ops
 
 

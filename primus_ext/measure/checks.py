@@ -4,9 +4,10 @@
   inside a layer kind (summed per axis, collective and phase) against the comm model's
   ``CommOp.num_bytes`` in the simulate backend's LayerCosts of the measured layout.
   Payloads that are not activations -- the routing weights (one value per routed row)
-  and int64 token counts of the MoE dispatcher -- are listed as ``metadata`` (the comm
-  model leaves them out: 2 bytes per routed row against 2h). Group-size-1 calls (megatron-core calls collectives on
-  trivial groups too) are skipped.
+  and int64 token counts of the MoE dispatcher -- are compared on rows of their own
+  (``payload: metadata``) with the comm model's metadata ops (``moe_comm.METADATA_OPS``).
+  Group-size-1 calls (megatron-core calls collectives on trivial groups too) are
+  skipped.
 - ``activation_check``: saved-for-backward bytes per layer (the saved-tensor counter)
   against the memory model's ``layer_bytes`` with the measured attention backend.
 - ``p2p_check``: bytes of one pipeline send against the comm model's ``p2p_bytes``.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 
+from primus_ext.comm.moe_comm import METADATA_OPS
 from primus_ext.measure.profile import Profile
 from primus_ext.spec import RunSpec
 
@@ -69,23 +71,22 @@ def collective_check(profile: Profile, base: RunSpec, tol: float = 0.01) -> list
         else:
             captured[key] += c.num_bytes * c.count
     model: dict[tuple, float] = defaultdict(float)
+    model_meta: dict[tuple, float] = defaultdict(float)
     for kind in set(k for k, *_ in captured) | set(k for k, *_ in metadata) | {
             k for k in costs.kinds if k in profile.layers}:
         for op in costs.kinds[kind].comms:
             if op.axis in IN_LAYER and op.group_size > 1:
-                model[(kind, op.axis, op.collective, op.phase)] += op.num_bytes
+                into = model_meta if op.name in METADATA_OPS else model
+                into[(kind, op.axis, op.collective, op.phase)] += op.num_bytes
     rows = []
-    for key in sorted(set(captured) | set(model)):
-        kind, axis, coll, phase = key
-        rows.append({"kind": kind, "axis": axis, "collective": coll, "phase": phase,
-                     "captured_bytes": captured.get(key, 0.0),
-                     "model_bytes": model.get(key, 0.0),
-                     "status": _status(captured.get(key, 0.0), model.get(key, 0.0), tol)})
-    for key in sorted(metadata):
-        kind, axis, coll, phase = key
-        rows.append({"kind": kind, "axis": axis, "collective": coll, "phase": phase,
-                     "captured_bytes": metadata[key], "model_bytes": 0.0,
-                     "status": "metadata"})
+    for payload, got, want in (("activations", captured, model),
+                               ("metadata", metadata, model_meta)):
+        for key in sorted(set(got) | set(want)):
+            kind, axis, coll, phase = key
+            rows.append({"kind": kind, "axis": axis, "collective": coll, "phase": phase,
+                         "payload": payload, "captured_bytes": got.get(key, 0.0),
+                         "model_bytes": want.get(key, 0.0),
+                         "status": _status(got.get(key, 0.0), want.get(key, 0.0), tol)})
     return rows
 
 
@@ -161,6 +162,8 @@ def format_rows(rows: list[dict]) -> list[str]:
     out = []
     for r in rows:
         label = " ".join(str(r[k]) for k in ("kind", "axis", "collective", "phase") if k in r)
+        if r.get("payload") == "metadata":
+            label += " (metadata)"
         extra = f" (+{r['cpu_delta']:,} B CPU norms)" if r.get("cpu_delta") else ""
         unit = "" if "FLOPs" in str(r.get("axis", "")) else " B"
         out.append(f"{label:<36} captured {r['captured_bytes']:>15,.0f}{unit}  "

@@ -53,6 +53,9 @@ class KindTiming:
     recompute_s: float | None = None  # measured recomputed forward (full recompute)
     per_rank_fwd_s: tuple[float, ...] = ()
     per_rank_bwd_s: tuple[float, ...] = ()
+    # MoE kinds: routed tokens per expert, one vector per layer and microbatch of the
+    # timed steps, every rank's (measure/routing.py; project/moe_balance.py).
+    expert_loads: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -130,9 +133,11 @@ class Profile:
             raise ValueError(f"profile schema_version={v!r}; this version reads "
                              f"{SCHEMA_VERSION} (re-run mode=measure)")
         d = dict(d)
-        d["layers"] = {k: KindTiming(**{**x, "per_rank_fwd_s": tuple(x.get("per_rank_fwd_s", ())),
-                                        "per_rank_bwd_s": tuple(x.get("per_rank_bwd_s", ()))})
-                       for k, x in d["layers"].items()}
+        d["layers"] = {k: KindTiming(**{
+            **x, "per_rank_fwd_s": tuple(x.get("per_rank_fwd_s", ())),
+            "per_rank_bwd_s": tuple(x.get("per_rank_bwd_s", ())),
+            "expert_loads": tuple(tuple(v) for v in x.get("expert_loads", ()))})
+            for k, x in d["layers"].items()}
         d["collectives"] = tuple(CollectiveSeen(**c) for c in d["collectives"])
         d["comm_fits"] = tuple(CommFit(**{**c, "points": tuple(tuple(p) for p in c["points"])})
                                for c in d.get("comm_fits", ()))

@@ -26,6 +26,7 @@ from primus_ext.measure.overrides import apply_overrides, spec_overrides
 from primus_ext.measure.probes import _activation_bytes, _contention, _pipeline_probe, \
     _run_steps, _synced_records
 from primus_ext.measure.profile import KindTiming, Profile
+from primus_ext.measure.routing import RoutingRecorder
 from primus_ext.spec import RunSpec
 
 _GPU_PRESETS = (("GB200", "gb200"), ("B200", "b200"), ("H200", "h200"), ("H800", "h800"),
@@ -118,7 +119,11 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
 
     iters = data_iterators(built)
     m = timing_spec.num_microbatches
+    routing = RoutingRecorder(built.bare()).attach()
+    routing.enabled = timing_spec.model.is_moe
     steps, records = _run_steps(built, timer, iters, m, opts.warmup, opts.repeats)
+    routing.detach()
+    expert_loads = routing.gathered()
     local = _timings(timing_spec, timer)
     synced = _synced_records(built, timer, iters, m) if torch.cuda.is_available() else None
     contention = _contention(built, timer, iters, m, opts, local, timing_spec) if same \
@@ -160,7 +165,8 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
             fwd_s=d["fwd"], bwd_s=d.get("bwd", 0.0), parts=d["parts"],
             comm_s=comm_s.get(kind, {}), contention=contention.get(kind, 1.0),
             activation_bytes=act.get(kind), per_rank_fwd_s=d["per_rank_fwd"],
-            per_rank_bwd_s=d["per_rank_bwd"])
+            per_rank_bwd_s=d["per_rank_bwd"],
+            expert_loads=expert_loads if kind == "moe" else ())
     step = {k: _median([s[k] for s in steps]) for k in ("step_s", "zero_grad_s", "fwd_bwd_s",
                                                    "optimizer_s")}
     step.update(num_microbatches=m, num_params_per_rank=int(num_params), capture_only=capture,

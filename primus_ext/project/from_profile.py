@@ -9,6 +9,8 @@ measured one, restored to the target by recorded rules:
   sequence...), each measured part (attention, MLP/MoE block, the rest: norms and
   residuals) is scaled by the ratio of the simulate backend's times for the target and
   for the measured shapes on the measuring hardware (so kernel efficiencies cancel);
+- ``moe_imbalance``: the target's EP ranks wait for the busiest one; its extra expert
+  load comes from the routing the measured run recorded (``project/moe_balance.py``);
 - ``contention``: on a CPU node measured by one process, the slowdown measured with the
   other cores busy applies when the target keeps several ranks of a node busy;
 - ``overhead``: the measured per-microbatch time outside the timed modules (schedule,
@@ -40,6 +42,7 @@ from primus_ext.measure.overrides import apply_overrides
 from primus_ext.measure.profile import CommFit, Profile
 from primus_ext.presets import hardware_preset
 from primus_ext.project.costs import CommOp, LayerCost, LayerCosts
+from primus_ext.project.moe_balance import busiest_rank_factor
 from primus_ext.spec import RunSpec
 
 ATTN_OPS = ("qkv", "q_proj", "q_down", "q_up", "kv_down", "kv_up", "qk_layernorm", "rope",
@@ -181,6 +184,8 @@ def _measured_kind(profile: Profile, target: RunSpec, meas: RunSpec, name: str,
             fwd_c *= _ratio(simt.fwd_s, simm.fwd_s)
             bwd_c *= _ratio(simt.bwd_input_s + simt.bwd_weight_s,
                             simm.bwd_input_s + simm.bwd_weight_s)
+    if base == "moe":
+        fwd_c, bwd_c = _with_imbalance(profile, target, meas, kt, fwd_c, bwd_c, rules)
     factor = kt.contention if _busy_ranks_per_node(target) > 1 and \
         profile.device.get("count", 1) < _busy_ranks_per_node(target) else 1.0
     if base in ("embedding", "output"):
@@ -200,6 +205,43 @@ def _measured_kind(profile: Profile, target: RunSpec, meas: RunSpec, name: str,
     comms, _ = _recost(profile, target, sim.comms)
     return dataclasses.replace(sim, fwd_s=fwd_c, bwd_input_s=bwd_c * (1 - w_frac),
                                bwd_weight_s=bwd_c * w_frac, recompute_s=rec, comms=comms)
+
+
+EXPERT_OPS = ("experts_fc1", "experts_act", "experts_fc2", "sort_chunks", "unsort_chunks")
+
+
+def _expert_share(spec: RunSpec) -> dict[str, float]:
+    """Per phase, the routed experts' share of the MoE block (the ``mlp`` hook's scope:
+    router, permutation, experts; norm and residual excluded), simulate backend."""
+    ops = [o for o in mlp_block_ops(Shapes(spec), True) if o.name not in OTHER_OPS]
+    out = {}
+    for ph, cost in (("fwd", lambda o: o.fwd_s), ("bwd", lambda o: o.dgrad_s + o.wgrad_s)):
+        total = sum(cost(o) for o in ops)
+        out[ph] = sum(cost(o) for o in ops if o.name in EXPERT_OPS) / total if total else 0.0
+    return out
+
+
+def _with_imbalance(profile: Profile, target: RunSpec, meas: RunSpec, kt, fwd_c: float,
+                    bwd_c: float, rules: list[str]) -> tuple[float, float]:
+    """Rule ``moe_imbalance``: the target's busiest EP rank computes more than the mean
+    expert load (project/moe_balance.py, from the measured routing); the measured run's
+    own factor (1 in one process: it computes every expert) is divided out. Applied to
+    the experts' share of the measured MoE block."""
+    if not kt.expert_loads:
+        return fwd_c, bwd_c
+    ep_t, ep_m = target.parallel.ep, meas.parallel.ep
+    f_t = busiest_rank_factor(kt.expert_loads, target.model.num_moe_experts // ep_t, ep_t)
+    f_m = busiest_rank_factor(kt.expert_loads, meas.model.num_moe_experts // ep_m, ep_m)
+    ratio = f_t / f_m
+    if abs(ratio - 1.0) < 1e-9:
+        return fwd_c, bwd_c
+    share = _expert_share(_as_measured(_on(meas, profile.hardware), profile))
+    mlp = kt.parts.get("mlp", {})
+    rules.append(f"moe_imbalance: the busiest of {ep_t} EP ranks carries {f_t:.3f} x the "
+                 f"mean expert load (measured routing, {len(kt.expert_loads)} router "
+                 f"calls; measured run {f_m:.3f}); the experts' time scaled by {ratio:.3f}")
+    return (fwd_c + mlp.get("fwd", 0.0) * share["fwd"] * (ratio - 1.0),
+            bwd_c + mlp.get("bwd", 0.0) * share["bwd"] * (ratio - 1.0))
 
 
 def _as_measured(spec: RunSpec, profile: Profile) -> RunSpec:
@@ -281,7 +323,7 @@ def _scaled_sim(profile: Profile, target: RunSpec, meas: RunSpec, lc: LayerCost
 
 def _check_notes(profile: Profile, target: RunSpec) -> tuple[str, ...]:
     from primus_ext.measure.checks import activation_check, collective_check
-    rows = [r for r in collective_check(profile, target) if r["status"] != "metadata"]
+    rows = collective_check(profile, target)
     acts = activation_check(profile, target)
     ok = sum(r["status"] == "match" for r in rows)
     ok_a = sum(r["status"] == "match" for r in acts)

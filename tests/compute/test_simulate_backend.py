@@ -34,6 +34,26 @@ def test_dsv3_kinds_and_layers():
     assert lc.kinds["mtp"].fwd_s > moe.fwd_s + lc.kinds["output"].fwd_s
 
 
+def test_alltoall_dispatcher_metadata_collectives():
+    """megatron-core's MoEAlltoAllTokenDispatcher all-gathers the tokens-per-expert
+    counts (int64) and sends the routing weights in an all-to-all of their own (forward
+    and backward); DeepEP (flex) carries them inside its kernels."""
+    from primus_ext.comm.moe_comm import METADATA_OPS
+    spec = run(mixtral(), ep=8, nodes=1, train=dict(global_batch_size=64))
+    moe = simulate_layer_costs(spec).kinds["moe"]
+    ops = {c.name: c for c in moe.comms}
+    assert set(METADATA_OPS) <= set(ops)
+    tokens = spec.train.micro_batch_size * spec.train.seq_length
+    assert ops["moe.ep_token_counts"].num_bytes == 8 * 8 * 8  # E int64 values x EP 8
+    assert ops["moe.ep_dispatch_probs"].num_bytes == tokens * 2 * 2  # T k bf16
+    assert ops["moe.ep_dispatch_probs"].seconds < ops["moe.ep_dispatch"].seconds
+    assert ops["moe.ep_dispatch_probs_bwd"].phase == "bwd"
+    flex = run(mixtral(), ep=8, nodes=1, moe_token_dispatcher_type="flex",
+               train=dict(global_batch_size=64))
+    names = {c.name for c in simulate_layer_costs(flex).kinds["moe"].comms}
+    assert not set(METADATA_OPS) & names
+
+
 def test_cached_and_fast_path():
     spec = run(llama70b(), tp=8, pp=4, nodes=4, sequence_parallel=True,
                train=dict(global_batch_size=64))

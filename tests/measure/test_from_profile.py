@@ -159,3 +159,33 @@ def test_profile_json_round_trip(tmp_path):
     bad.write_text('{"schema_version": 99}')
     with pytest.raises(ValueError, match="schema_version"):
         Profile.load(bad)
+
+
+def test_moe_imbalance_from_the_measured_routing():
+    """EP 2 target, one-process measurement of all 4 experts: the MoE layer pays the
+    counted busiest rank on the experts' share of its MoE block; EP 1 pays nothing."""
+    moe = S.tiny(num_moe_experts=4, moe_router_topk=2)
+    train = {"seq_length": 256, "global_batch_size": 8}
+    ep2 = S.run(moe, hw="cpu", gpn=2, ep=2, train=train)
+    ep1 = S.run(moe, hw="cpu", gpn=2, train=train)
+    loads = ((100, 20, 70, 66),) * 8  # ranks: 120 and 136 tokens -> 136 / 128
+
+    def with_loads(target, vectors):
+        prof = profile_for(target)
+        kt = KindTiming(kind="moe", num_layers=2, num_samples=12, fwd_s=FWD, bwd_s=BWD,
+                        parts={"attn": {"fwd": 0.004, "bwd": 0.008},
+                               "mlp": {"fwd": 0.005, "bwd": 0.010}},
+                        expert_loads=vectors)
+        layers = {k: v for k, v in prof.layers.items() if k != "dense"} | {"moe": kt}
+        return dataclasses.replace(prof, layers=layers)
+
+    flat = layer_costs_from_profile(with_loads(ep2, ()), ep2).kinds["moe"]
+    costs = layer_costs_from_profile(with_loads(ep2, loads), ep2)
+    skew = costs.kinds["moe"]
+    assert skew.fwd_s > flat.fwd_s and skew.bwd_input_s > flat.bwd_input_s
+    extra = skew.fwd_s - flat.fwd_s
+    assert 0 < extra <= 0.005 * (136 / 128 - 1) + 1e-12  # at most the whole MoE block
+    assert any(n.startswith("moe_imbalance") for n in costs.notes)
+    same = layer_costs_from_profile(with_loads(ep1, loads), ep1).kinds["moe"]
+    assert same.fwd_s == pytest.approx(
+        layer_costs_from_profile(with_loads(ep1, ()), ep1).kinds["moe"].fwd_s)
