@@ -6,8 +6,9 @@
 
 Accepts Megatron-LM's flags for model shape, parallel layout, batch, precision,
 recompute and optimizer, plus --project-only, --target-nodes, --target-gpus-per-node,
---target-hardware, --profile-out, --projection-out, --recipe-out, --timings-out. Flags it
-does not model (data paths, checkpointing, logging, ...) are ignored with one warning.
+--target-hardware, --profile-out, --projection-out, --recipe-out, --timings-out,
+--log-layer-times. Flags it does not model (data paths, checkpointing, logging, ...) are
+ignored with one warning.
 See primus_ext/measure/launch.py.
 """
 import os

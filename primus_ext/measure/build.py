@@ -32,9 +32,7 @@ def prepare_runtime(num_threads: int | None = None) -> list[str]:
     if threads > 0 and not torch.cuda.is_available():
         torch.set_num_threads(threads)
     from patches.apply import apply_cpu_patches
-
-    from primus_ext.measure.compat import apply_measure_compat
-    return apply_cpu_patches() + apply_measure_compat()
+    return apply_cpu_patches()
 
 
 def _free_port() -> int:

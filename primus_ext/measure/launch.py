@@ -57,7 +57,7 @@ def train(la) -> dict:
          f"EP{p.ep} DP{spec.dp}, {m} microbatches of {spec.train.micro_batch_size} x "
          f"{spec.train.seq_length}")
     timer = None
-    if os.environ.get("PRIMUS_EXT_LAYER_TIMES") == "1":  # diagnostics: hooks on
+    if la.layer_times:  # the measurement's hooks in a real run (compare with a profile)
         from primus_ext.measure.hooks import LayerTimer
         timer = LayerTimer(built.bare()).attach()
         timer.enabled = True

@@ -37,6 +37,7 @@ class LaunchArgs:
     projection_out: str | None
     recipe_out: str | None
     timings_out: str | None
+    layer_times: bool  # training mode: per-layer hook times on rank 0's log
     measure_warmup: int
     measure_repeats: int
     num_microbatches: int
@@ -136,6 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     a("--projection-out", default=None)
     a("--recipe-out", default=None)
     a("--timings-out", default=None)
+    a("--log-layer-times", action="store_true")
     a("--model-name", default=None)
     a("--measure-warmup", type=int, default=2)
     a("--measure-repeats", type=int, default=3)
@@ -309,7 +311,7 @@ def parse_launch_args(argv: list[str] | None = None, *, name: str | None = None
     return LaunchArgs(spec=_spec(ns, name), train_iters=ns.train_iters,
                       project_only=ns.project_only, profile_out=ns.profile_out,
                       projection_out=ns.projection_out, recipe_out=ns.recipe_out,
-                      timings_out=ns.timings_out,
+                      timings_out=ns.timings_out, layer_times=ns.log_layer_times,
                       measure_warmup=ns.measure_warmup, measure_repeats=ns.measure_repeats,
                       num_microbatches=ns.measure_microbatches, ignored=ignored)
 

@@ -62,5 +62,9 @@ def test_captured_bytes_equal_the_models(name, tmp_path):
     flops = flops_check(prof, target)
     assert flops and all(r["status"] == "match" for r in flops), flops
     assert any(r.get("axis") == axis for r in rows), rows
+    if axis == "ep":  # the routers' choices: 4 experts, top-2 of 128 tokens per rank
+        loads = prof.layers["moe"].expert_loads
+        assert loads and all(len(v) == 4 and sum(v) == 2 * 128 for v in loads), loads
+        assert any(r["payload"] == "metadata" for r in rows), rows
     bad = [r for r in rows if r["status"] != "match"]
     assert not bad, bad
