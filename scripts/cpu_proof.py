@@ -2,18 +2,19 @@
 """CPU proof of the hybrid projection: measure once in one process, project, run for real.
 
 This machine is the "cluster" (hardware preset ``cpu``, one node, one rank per core,
-gloo, one thread per process). The script
+gloo, one thread per process). For every target in turn, and all of it ``--rounds``
+times, the script
 
-1. benchmarks the collectives between two processes (the comm tier of this "node") and
+1. measures, in ONE process, the target's downscaled megatron-core run (the downscaler
+   keeps each rank's shapes);
+2. for a multi-process target, benchmarks the collectives between two processes (the
+   comm tier of this "node"; each call after a burst of compute, as inside a layer) and
    fits them to alpha-beta;
-2. measures, in ONE process, the downscaled megatron-core runs the targets need (the
-   downscaler keeps each rank's shapes, so the dense targets share one measurement; TP2
-   and the MoE target get their own);
-3. projects every target from its profile plus the fits (``project_from_profile``);
-4. runs every target for real with ``launch/pretrain_gpt.py`` under torchrun and takes the
-   median steady-state step time;
-5. prints config, projected step, measured step and the error; ``--write`` writes
-   docs/cpu-proof.md.
+3. projects the target from its profile plus the fits (``project_from_profile``);
+4. runs the target for real with ``launch/pretrain_gpt.py`` under torchrun right after
+   and takes the median steady-state step time;
+5. prints config, projected step, measured step (medians over rounds) and the error;
+   ``--write`` writes docs/cpu-proof.json (raw) and docs/cpu-proof.md.
 
     .venv/bin/python scripts/cpu_proof.py [--write] [--quick] [--configs a,b] [--json F]
 """
@@ -77,7 +78,7 @@ def _model(layers: int, hidden: int, seq: int, moe: bool = False) -> list[str]:
          "--attention-dropout", "0", "--attention-backend", "unfused"]
     if moe:
         f += ["--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size",
-              str(2 * hidden)]
+              str(2 * hidden), "--moe-token-dispatcher-type", "alltoall"]
     return f
 
 
@@ -137,7 +138,7 @@ def microbench_worker(out: str, quick: bool) -> None:
     init_distributed()
     import torch.distributed as dist
     sizes = tuple(2 ** k for k in range(10, 23 if not quick else 20, 2))
-    fits = run_microbenchmarks({}, sizes=sizes, repeats=5 if quick else 9)
+    fits = run_microbenchmarks({}, sizes=sizes, repeats=5 if quick else 15)
     if dist.get_rank() == 0:
         Path(out).write_text(json.dumps([dataclasses.asdict(f) for f in fits]))
     dist.destroy_process_group()
@@ -237,12 +238,6 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmpd:
         tmp = Path(tmpd)
         fits_path = tmp / "fits.json"
-        fits = []
-        if any(c.nproc > 1 for c in cfgs):
-            print("microbenchmarks: 2 processes ...", flush=True)
-            loads.append(("microbenchmarks", _load()))
-            _run(_torchrun(2) + [__file__, "--_microbench", str(fits_path)] + quick, 900)
-            fits = json.loads(fits_path.read_text())
         for rnd in range(rounds):
             # Each round measures and runs everything again, every target's measurement
             # right before its real run (a shared machine's speed drifts over minutes:
@@ -255,6 +250,14 @@ def main() -> int:
                 _run([sys.executable, __file__, "--_measure", str(tmp), "--_names",
                       c.name, "--repeats", str(repeats)] + quick, 1800)
                 index = json.loads((tmp / "index.json").read_text())
+                fits = []
+                if c.nproc > 1:
+                    print(f"round {rnd + 1}/{rounds}: collective microbenchmarks for "
+                          f"{c.name}, 2 processes ...", flush=True)
+                    loads.append((f"round {rnd + 1} microbenchmarks {c.name}", _load()))
+                    _run(_torchrun(2) + [__file__, "--_microbench", str(fits_path)]
+                         + quick, 900)
+                    fits = json.loads(fits_path.read_text())
                 est = project(c, index[c.name], fits)
                 print(f"round {rnd + 1}/{rounds}: real run {c.name} ({c.nproc} "
                       f"process(es), {iters} iterations) ...", flush=True)
@@ -268,6 +271,7 @@ def main() -> int:
                                         "measured": real["median_step_s"],
                                         "breakdown": est.breakdown,
                                         "notes": list(est.notes),
+                                        "fits": fits,
                                         "steps": [s["step_s"] for s in real["steps"]]})
     rows = []
     for c in cfgs:
@@ -280,8 +284,7 @@ def main() -> int:
                      "rounds": rs, "measured_steps_s": rs[-1]["steps"]})
     _print(rows)
     print(f"(wall {time.time() - t0:.0f} s)")
-    results = {"meta": _meta(a.quick, iters, repeats, rounds), "rows": rows, "fits": fits,
-               "loads": loads}
+    results = {"meta": _meta(a.quick, iters, repeats, rounds), "rows": rows, "loads": loads}
     text = json.dumps(results, indent=1) + "\n"
     if a.json:
         Path(a.json).write_text(text)
@@ -316,7 +319,7 @@ def _print(rows: list[dict]) -> None:
 
 
 def _write_doc(results: dict) -> None:
-    meta, rows, fits, loads = (results[k] for k in ("meta", "rows", "fits", "loads"))
+    meta, rows, loads = (results[k] for k in ("meta", "rows", "loads"))
     iters, repeats, rounds = meta["iters"], meta["repeats"], meta["rounds"]
     lines = ["# CPU proof of the hybrid projection", "",
              "Generated by `scripts/cpu_proof.py --write"
@@ -325,14 +328,16 @@ def _write_doc(results: dict) -> None:
              "results are in `docs/cpu-proof.json` (`--render` rewrites this page from "
              "them).", "",
              "This machine is the cluster: hardware preset `cpu`, one node, one rank per "
-             "core, gloo, one thread per process. Two processes first benchmarked the "
-             "collectives (alpha-beta fits, used for the in-layer collectives and fitted "
-             "into the `cpu` preset's scale-up tier for the data-parallel sync and the "
-             "pipeline p2p). Then, for every target in turn, one process measured its "
-             f"downscaled megatron-core run ({repeats} timed steps of per-layer forward/"
-             "backward times by hooks, the routing of the MoE layers, the contention of a "
-             "busy node, the optimizer step), the target was projected from that profile, "
-             "and run for real with `launch/pretrain_gpt.py` right after "
+             "core, gloo, one thread per process. For every target in turn, one process "
+             f"measured its downscaled megatron-core run ({repeats} timed steps of "
+             "per-layer forward/backward times by hooks, the routing of the MoE layers, "
+             "the contention of a busy node, the optimizer step); for a multi-process "
+             "target two processes then benchmarked the collectives, each call after 2 ms "
+             "of compute (alpha-beta fits of the mean call, used for the in-layer "
+             "collectives and "
+             "fitted into the `cpu` preset's scale-up tier for the data-parallel sync and "
+             "the pipeline p2p); the target was projected from that profile and run for "
+             "real with `launch/pretrain_gpt.py` right after "
              f"({iters} iterations; the median of the steady-state steps, after the first "
              f"two). All of it {rounds} time(s): the table shows the median over rounds "
              "of the projection and of the measured step.",
@@ -349,12 +354,13 @@ def _write_doc(results: dict) -> None:
     for r in rows:
         lines.append(f"| {r['config']} | "
                      + " | ".join(f"{v:.4f}" for v in r["breakdown"].values()) + " |")
-    lines += ["", "Collective fits (2 processes, gloo):", "",
-              "| collective | group | alpha (us) | GB/s | max rel. error |",
-              "| --- | ---: | ---: | ---: | ---: |"]
-    for f in fits:
-        lines.append(f"| {f['collective']} | {f['group_size']} | {f['alpha_s'] * 1e6:.1f} "
-                     f"| {f['gbps']:.2f} | {f['max_rel_err']:.0%} |")
+    lines += ["", "Collective fits of the last round (2 processes, gloo):", "",
+              "| config | collective | alpha (us) | GB/s | max rel. error |",
+              "| --- | --- | ---: | ---: | ---: |"]
+    for r in rows:
+        for f in r["rounds"][-1].get("fits", []):
+            lines.append(f"| {r['config']} | {f['collective']} | {f['alpha_s'] * 1e6:.1f} "
+                         f"| {f['gbps']:.2f} | {f['max_rel_err']:.0%} |")
     lines += ["", "Per round: projected / measured step (s):", ""]
     for r in rows:
         lines.append(f"- {r['config']}: " + "; ".join(

@@ -71,7 +71,8 @@ def model_args(spec: RunSpec) -> list[str]:
             a += ["--window-attn-skip-freq", m.window_full_attention_every]
     if m.is_moe:
         a += ["--num-experts", m.num_moe_experts, "--moe-router-topk", m.moe_router_topk,
-              "--moe-grouped-gemm", "--moe-token-dispatcher-type", "alltoall"]
+              "--moe-grouped-gemm", "--moe-token-dispatcher-type",
+              spec.parallel.moe_token_dispatcher_type]
         if m.moe_ffn_hidden_size is not None:
             a += ["--moe-ffn-hidden-size", m.moe_ffn_hidden_size]
         if m.moe_shared_expert_intermediate_size:
@@ -122,6 +123,10 @@ def parallel_args(spec: RunSpec) -> list[str]:
     if spec.model.is_moe:
         a += ["--expert-model-parallel-size", p.ep, "--expert-tensor-parallel-size",
               p.expert_tp]
+        if p.overlap_moe_expert_parallel_comm:
+            a.append("--overlap-moe-expert-parallel-comm")
+        if p.moe_shared_expert_overlap:
+            a.append("--moe-shared-expert-overlap")
     if p.sequence_parallel:
         a.append("--sequence-parallel")
     if p.fsdp:
@@ -143,8 +148,12 @@ def train_args(spec: RunSpec) -> list[str]:
          t.global_batch_size, "--seq-length", t.seq_length]
     if t.precision in ("bf16", "fp8"):
         a.append("--bf16")
+        if not spec.parallel.grad_reduce_in_fp32:
+            a.append("--grad-reduce-in-bf16")
     elif t.precision == "fp16":
         a.append("--fp16")
+        if spec.parallel.grad_reduce_in_fp32:
+            a.append("--accumulate-allreduce-grads-in-fp32")
     if t.precision == "fp8":
         a += ["--fp8-format", FP8_FORMAT, "--fp8-recipe", t.fp8_recipe]
     if t.recompute_granularity == "full":
@@ -154,6 +163,8 @@ def train_args(spec: RunSpec) -> list[str]:
         a += ["--recompute-granularity", "selective", "--recompute-modules",
               *t.recompute_modules]
     a += ["--attention-backend", t.attention_backend, "--optimizer", t.optimizer]
+    if getattr(t, "cross_entropy_loss_fusion", False):
+        a.append("--cross-entropy-loss-fusion")
     if not t.attention_softmax_in_fp32:
         a.append("--no-attention-softmax-in-fp32")
     return a

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from primus_ext.presets import hardware_preset
 from primus_ext.spec import (ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec,
                              pipeline_layout)
+from primus_ext.spec.parallel import MOE_DISPATCHERS
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -107,6 +108,11 @@ def _parser() -> argparse.ArgumentParser:
     a("--overlap-grad-reduce", action="store_true")
     a("--overlap-param-gather", action="store_true")
     a("--tp-comm-overlap", action="store_true")
+    a("--grad-reduce-in-bf16", action="store_true")
+    a("--accumulate-allreduce-grads-in-fp32", action="store_true")
+    a("--moe-token-dispatcher-type", default=None, choices=MOE_DISPATCHERS)
+    a("--overlap-moe-expert-parallel-comm", action="store_true")
+    a("--moe-shared-expert-overlap", action="store_true")
     # batch, precision, recompute, optimizer
     a("--micro-batch-size", type=int, default=1)
     a("--global-batch-size", type=int)
@@ -208,6 +214,25 @@ def _known(cls, **values) -> dict:
     return {k: v for k, v in values.items() if k in names}
 
 
+def _grad_reduce_in_fp32(ns) -> bool:
+    """Megatron-LM: bf16 accumulates and reduces gradients in fp32 unless
+    --grad-reduce-in-bf16; fp16 reduces in fp16 unless
+    --accumulate-allreduce-grads-in-fp32; fp32 is fp32."""
+    if ns.accumulate_allreduce_grads_in_fp32:
+        return True
+    if ns.bf16 or ns.fp8_format:
+        return not ns.grad_reduce_in_bf16
+    return not ns.fp16
+
+
+def _dispatcher(ns) -> str:
+    """Megatron-LM's default MoE dispatcher is allgather; a dense model keeps the spec's
+    default (the field does not apply)."""
+    if ns.moe_token_dispatcher_type:
+        return ns.moe_token_dispatcher_type
+    return "allgather" if ns.num_experts else ParallelSpec().moe_token_dispatcher_type
+
+
 def _spec(ns, name: str | None) -> RunSpec:
     L = ns.num_layers
     freq, first_k = _moe_pattern(ns.moe_layer_freq, L) if ns.num_experts else (1, 0)
@@ -268,6 +293,10 @@ def _spec(ns, name: str | None) -> RunSpec:
         use_distributed_optimizer=ns.use_distributed_optimizer and not fsdp, fsdp=fsdp,
         overlap_grad_reduce=ns.overlap_grad_reduce,
         overlap_param_gather=ns.overlap_param_gather, tp_comm_overlap=ns.tp_comm_overlap,
+        **_known(ParallelSpec, grad_reduce_in_fp32=_grad_reduce_in_fp32(ns),
+                 moe_token_dispatcher_type=_dispatcher(ns),
+                 overlap_moe_expert_parallel_comm=ns.overlap_moe_expert_parallel_comm,
+                 moe_shared_expert_overlap=ns.moe_shared_expert_overlap),
         cp_comm_type="a2a" if ns.cp_comm_type == "a2a" else "p2p",
         decoder_first_pipeline_num_layers=ns.decoder_first_pipeline_num_layers,
         decoder_last_pipeline_num_layers=ns.decoder_last_pipeline_num_layers,

@@ -1,8 +1,9 @@
 """Communication microbenchmarks on the local process groups, fitted to alpha-beta.
 
 For each collective (all-reduce, all-gather, reduce-scatter, all-to-all, p2p) and each
-group size the local run has, a sweep over message sizes; the median of ``repeats``
-timed calls per size (after a barrier and a warm-up call) is fitted to
+group size the local run has, a sweep over message sizes; the mean of ``repeats`` timed
+calls per size (after a barrier and a warm-up call; a step pays every call, slow ones
+included, as nccl-tests' average does) is fitted to
 ``t = alpha + bytes / bw`` by least squares on relative error (small messages weigh as
 much as large ones). Bytes follow the comm model's convention (the full buffer): see
 ``profile.py``.
@@ -10,9 +11,11 @@ much as large ones). Bytes follow the comm model's convention (the full buffer):
 In situ (``burst_s > 0``, the default on a CPU): each timed call follows a burst of
 compute of about ``burst_s`` seconds, as a collective inside a layer follows the layer's
 GEMMs. On a CPU node the ranks then reach the collective at slightly different times
-and the transport threads compete with compute for the cores: on this project's 2-core
-machine a 32 KB all-gather takes 0.26 ms idle but about 2 ms after compute, which is what
-a training step pays. On GPUs the idle sweep (``burst_s=0``) is the usual one.
+(the longer the compute since the last collective, the further apart) and the transport
+threads compete with compute for the cores: on this project's 2-core machine a 32 KB
+all-gather takes 0.26 ms idle but about 2 ms after compute, which is what a training
+step pays. A caller that knows the target's compute between two collectives passes it
+as ``burst_s``. On GPUs the idle sweep (``burst_s=0``) is the usual one.
 """
 from __future__ import annotations
 
@@ -63,8 +66,7 @@ def _time_one(fn, repeats: int, group, burst=lambda: None) -> float:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    times.sort()
-    return times[len(times) // 2]
+    return sum(times) / len(times)
 
 
 def _call(collective: str, nbytes: int, group, size: int, rank_in_group: int, ranks):

@@ -25,6 +25,13 @@ BASE = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "8
     ["model=llama3.1_8b", "parallel.cp=2", "parallel.pp=2",
      "train.recompute_granularity=full", "train.recompute_method=block",
      "train.recompute_num_layers=2", "train.precision=fp8"],
+    ["model=deepseek_v3", "cluster.num_nodes=128", "parallel.ep=64", "parallel.pp=16",
+     "parallel.moe_token_dispatcher_type=flex", "parallel.grad_reduce_in_fp32=false",
+     "train.precision=fp8",
+     "train.cross_entropy_loss_fusion=true"],
+    ["model=mixtral_8x7b", "cluster.num_nodes=2", "parallel.ep=8",
+     "parallel.moe_token_dispatcher_type=alltoall",
+     "parallel.overlap_moe_expert_parallel_comm=true", "train.precision=fp16"],
 ])
 def test_round_trip_with_the_recipe_emitter(overrides):
     spec = compose(overrides)
@@ -44,7 +51,20 @@ def test_megatron_defaults_when_flags_are_absent():
     assert (m.hidden_dropout, m.attention_dropout) == (0.1, 0.1)
     assert not p.use_distributed_optimizer and not p.overlap_grad_reduce
     assert t.precision == "fp32" and t.recompute_granularity is None
+    assert p.grad_reduce_in_fp32  # fp32 training reduces fp32 gradients
     assert spec.world_size == 2 and spec.cluster.hardware.name == "cpu"
+
+
+def test_moe_and_gradient_flags_follow_megatron_lm_defaults():
+    moe = BASE + ["--num-experts", "4", "--moe-router-topk", "2"]
+    assert parse_megatron_args(moe).parallel.moe_token_dispatcher_type == "allgather"
+    bf16 = parse_megatron_args(moe + ["--bf16"]).parallel
+    assert bf16.grad_reduce_in_fp32 and not bf16.overlap_moe_expert_parallel_comm
+    assert not parse_megatron_args(moe + ["--bf16", "--grad-reduce-in-bf16"]
+                                   ).parallel.grad_reduce_in_fp32
+    assert not parse_megatron_args(moe + ["--fp16"]).parallel.grad_reduce_in_fp32
+    with pytest.raises(SystemExit):
+        parse_megatron_args(moe + ["--moe-token-dispatcher-type", "deepep"])
 
 
 def test_llama_style_flags():

@@ -37,7 +37,8 @@ TARGET = ["--project-only", "--target-nodes", "1", "--target-gpus-per-node", "8"
 CASES = {
     "tp2_sp": (["--tensor-model-parallel-size", "2", "--sequence-parallel"], "tp"),
     "ep2": (["--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "128",
-             "--expert-model-parallel-size", "2"], "ep"),
+             "--moe-token-dispatcher-type", "alltoall", "--expert-model-parallel-size", "2"],
+            "ep"),
     "pp2": (["--pipeline-model-parallel-size", "2"], "pp"),
 }
 
