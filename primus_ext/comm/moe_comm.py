@@ -24,7 +24,9 @@ Metadata of the ``alltoall`` dispatcher (``METADATA_OPS``, megatron-core 0.14-0.
 sized, and ``token_dispatch`` sends the routing weights of the routed rows (``T k`` values
 of the activation dtype) in a second all-to-all beside the tokens, whose backward sends
 their gradients back. Few bytes, but each is one more latency-bound collective per MoE
-layer and microbatch (on a CPU over gloo, about a millisecond each).
+layer and microbatch (on a CPU over gloo, about a millisecond each). The ``allgather``
+dispatcher all-gathers the routing map (``T E`` booleans) and the router probabilities
+(``T E`` values; their gradient is reduce-scattered back) beside the tokens.
 
 Expected domains hit, under balanced (uniform) routing (``expected_domains_hit``): a
 domain holds ``E / K`` consecutive experts; without groups the ``k`` experts are a
@@ -56,8 +58,9 @@ from primus_ext.spec.run import RunSpec
 
 _EP_OPS = (("dispatch", "fwd"), ("combine", "fwd"), ("combine_bwd", "bwd"),
            ("dispatch_bwd", "bwd"))
-# The alltoall dispatcher's metadata collectives (op names; see the module docstring).
-METADATA_OPS = ("moe.ep_token_counts", "moe.ep_dispatch_probs", "moe.ep_dispatch_probs_bwd")
+# The dispatchers' metadata collectives (op names; see the module docstring).
+METADATA_OPS = ("moe.ep_token_counts", "moe.ep_dispatch_probs", "moe.ep_dispatch_probs_bwd",
+                "moe.ep_gather_routing_map", "moe.ep_gather_probs", "moe.ep_gather_probs_bwd")
 
 
 def _p_miss(total: int, avoid: int, draws: int) -> float:
@@ -155,7 +158,27 @@ def ep_comm_ops(spec: RunSpec, tokens: float, width_bytes: float, *,
                  if op.name in ("moe.ep_dispatch", "moe.ep_dispatch_bwd") and op.seconds > 0}
         ops += _metadata_ops(spec, span, tokens, width_bytes / spec.model.hidden_size,
                              share)
+    elif par.moe_token_dispatcher_type == "allgather":
+        ops += _allgather_metadata_ops(spec, span, tokens,
+                                       width_bytes / spec.model.hidden_size)
     return ops
+
+
+def _allgather_metadata_ops(spec: RunSpec, span, tokens: float, value_bytes: float
+                            ) -> list[CommOp]:
+    """The routing map and the probabilities gathered beside the tokens (forward); the
+    probabilities' gradient reduce-scattered (backward). Exposed, as the tokens' are."""
+    hw = spec.cluster.hardware
+    rows = tokens * spec.model.num_moe_experts * span.size
+    out = []
+    for name, coll, phase, nbytes in (
+            (METADATA_OPS[3], "all_gather", "fwd", rows),
+            (METADATA_OPS[4], "all_gather", "fwd", rows * value_bytes),
+            (METADATA_OPS[5], "reduce_scatter", "bwd", rows * value_bytes)):
+        t = (all_gather_s if coll == "all_gather" else reduce_scatter_s)(hw, span, nbytes)
+        out.append(CommOp(name=name, axis="ep", collective=coll, num_bytes=int(nbytes),
+                          group_size=span.size, phase=phase, seconds=t, exposed_s=t))
+    return out
 
 
 def _metadata_ops(spec: RunSpec, span, tokens: float, value_bytes: float,

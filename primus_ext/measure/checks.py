@@ -31,12 +31,13 @@ def _measured(profile: Profile, base: RunSpec) -> RunSpec:
 
 
 def _is_metadata(c, biggest: dict) -> bool:
-    """Integer payloads (token counts), and EP all-to-alls far smaller than the token
-    all-to-all of the same layer and phase (the routing weights: one value per row)."""
+    """Integer and boolean payloads (token counts, routing maps), and EP collectives far
+    smaller than the token collective of the same kind in the same layer and phase (the
+    routing weights or probabilities: one value per row or per expert)."""
     if c.dtype.startswith(("int", "uint", "bool")):
         return True
-    if c.axis in ("ep", "tp_ep") and c.collective == "all_to_all":
-        return c.num_bytes * 16 < biggest.get((c.kind, c.phase), 0.0)
+    if c.axis in ("ep", "tp_ep"):
+        return c.num_bytes * 16 < biggest.get((c.kind, c.phase, c.collective), 0.0)
     return False
 
 
@@ -59,8 +60,9 @@ def collective_check(profile: Profile, base: RunSpec, tol: float = 0.01) -> list
     metadata: dict[tuple, float] = defaultdict(float)
     biggest: dict[tuple, float] = defaultdict(float)
     for c in profile.collectives:
-        if c.collective == "all_to_all":
-            biggest[(c.kind, c.phase)] = max(biggest[(c.kind, c.phase)], c.num_bytes)
+        if c.axis in ("ep", "tp_ep"):
+            key = (c.kind, c.phase, c.collective)
+            biggest[key] = max(biggest[key], c.num_bytes)
     for c in profile.collectives:
         if c.kind not in costs.kinds or c.group_size <= 1 or c.axis not in IN_LAYER:
             continue

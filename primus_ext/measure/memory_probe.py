@@ -89,7 +89,7 @@ def transformer_config(spec: RunSpec, bias_activation_fusion: bool = True, **ove
             m.activation == "swiglu" or (m.activation == "gelu" and m.add_bias_linear)),
         bias_dropout_fusion=True, apply_rope_fusion=False,
         gradient_accumulation_fusion=False, persist_layer_norm=False,
-        moe_token_dispatcher_type="alltoall",
+        moe_token_dispatcher_type=measured_dispatcher(p.moe_token_dispatcher_type),
     )
     if t.recompute_granularity == "selective":
         kw["recompute_modules"] = list(t.recompute_modules)
@@ -110,6 +110,12 @@ def transformer_config(spec: RunSpec, bias_activation_fusion: bool = True, **ove
         return MLATransformerConfig(**kw)
     kw.update(overrides)
     return TransformerConfig(**kw)
+
+
+def measured_dispatcher(dispatcher: str) -> str:
+    """The MoE token dispatcher the megatron-core model is built with: the spec's, except
+    ``flex`` (DeepEP / HybridEP kernels, GPU only), which is measured with ``alltoall``."""
+    return "alltoall" if dispatcher == "flex" else dispatcher
 
 
 def build_model(spec: RunSpec, config, vp_stage: int | None = None):

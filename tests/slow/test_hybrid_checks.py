@@ -39,6 +39,10 @@ CASES = {
     "ep2": (["--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "128",
              "--moe-token-dispatcher-type", "alltoall", "--expert-model-parallel-size", "2"],
             "ep"),
+    # No dispatcher flag: Megatron-LM's default, allgather.
+    "ep2_allgather": (["--num-experts", "4", "--moe-router-topk", "2",
+                       "--moe-ffn-hidden-size", "128", "--expert-model-parallel-size", "2"],
+                      "ep"),
     "pp2": (["--pipeline-model-parallel-size", "2"], "pp"),
 }
 
@@ -64,6 +68,8 @@ def test_captured_bytes_equal_the_models(name, tmp_path):
     assert flops and all(r["status"] == "match" for r in flops), flops
     assert any(r.get("axis") == axis for r in rows), rows
     if axis == "ep":  # the routers' choices: 4 experts, top-2 of 128 tokens per rank
+        want = "allgather" if name.endswith("allgather") else "alltoall"
+        assert target.parallel.moe_token_dispatcher_type == want
         loads = prof.layers["moe"].expert_loads
         assert loads and all(len(v) == 4 and sum(v) == 2 * 128 for v in loads), loads
         assert any(r["payload"] == "metadata" for r in rows), rows
