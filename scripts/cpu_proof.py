@@ -153,31 +153,15 @@ def microbench_worker(out: str, quick: bool) -> None:
     dist.destroy_process_group()
 
 
-def measure_worker(out_dir: str, names: list[str], quick: bool, repeats: int) -> None:
-    """One process: every distinct downscaled run of the targets, measured once."""
+def measure_worker(out: str, name: str, quick: bool, repeats: int) -> None:
+    """One process: the downscaled run of target ``name``, measured; profile to ``out``."""
     from primus_ext.measure.build import prepare_runtime
     prepare_runtime(1)
-    from primus_ext.measure.downscale import downscale
     from primus_ext.measure.megatron_args import parse_megatron_args
     from primus_ext.measure.runner import MeasureOptions, measure
-    done: dict[tuple, str] = {}
-    index = {}
-    for c in configs(quick):
-        if c.name not in names:
-            continue
-        target = parse_megatron_args(_target_flags(c))
-        key = downscale(target, 1, "cpu").overrides
-        key = tuple(o for o in key if not o.startswith(("train.global_batch_size",
-                                                        "cluster.")))
-        if key not in done:
-            opts = MeasureOptions(warmup=2, repeats=repeats, num_microbatches=4,
-                                  microbench=False)
-            prof = measure(target, opts)
-            path = str(Path(out_dir) / f"profile_{c.name}.json")
-            prof.save(path)
-            done[key] = path
-        index[c.name] = done[key]
-    (Path(out_dir) / "index.json").write_text(json.dumps(index))
+    c = next(c for c in configs(quick) if c.name == name)
+    opts = MeasureOptions(warmup=2, repeats=repeats, num_microbatches=4, microbench=False)
+    measure(parse_megatron_args(_target_flags(c)), opts).save(out)
 
 
 # ---- the driver ----------------------------------------------------------------------
@@ -221,7 +205,7 @@ def main() -> int:
                     help="only rewrite docs/cpu-proof.md from docs/cpu-proof.json")
     ap.add_argument("--_microbench", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--_measure", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--_names", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--_name", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
     # Measured steps: enough to span several seconds, as the real run's steady state
     # does (this machine's speed moves on a scale of seconds).
@@ -230,7 +214,7 @@ def main() -> int:
         microbench_worker(a._microbench, a.quick)
         return 0
     if a._measure:
-        measure_worker(a._measure, a._names.split(","), a.quick, repeats)
+        measure_worker(a._measure, a._name, a.quick, repeats)
         return 0
     if a.render:
         _write_doc(json.loads(RESULTS.read_text()))
@@ -256,9 +240,9 @@ def main() -> int:
                 print(f"round {rnd + 1}/{rounds}: measurement for {c.name}, 1 process ...",
                       flush=True)
                 loads.append((f"round {rnd + 1} measurement {c.name}", _load()))
-                _run([sys.executable, __file__, "--_measure", str(tmp), "--_names",
+                prof_path = str(tmp / f"profile_{c.name}.json")
+                _run([sys.executable, __file__, "--_measure", prof_path, "--_name",
                       c.name, "--repeats", str(repeats)] + quick, 1800)
-                index = json.loads((tmp / "index.json").read_text())
                 fits = []
                 if c.nproc > 1:
                     print(f"round {rnd + 1}/{rounds}: collective microbenchmarks for "
@@ -267,12 +251,12 @@ def main() -> int:
                     _run(_torchrun(2) + [__file__, "--_microbench", str(fits_path)]
                          + quick, 900)
                     fits = json.loads(fits_path.read_text())
-                est = project(c, index[c.name], fits)
+                est = project(c, prof_path, fits)
                 print(f"round {rnd + 1}/{rounds}: real run {c.name} ({c.nproc} "
                       f"process(es), {iters} iterations) ...", flush=True)
                 loads.append((f"round {rnd + 1} real {c.name}", _load()))
                 real = real_run(c, iters, tmp)
-                prof = json.loads(Path(index[c.name]).read_text())
+                prof = json.loads(Path(prof_path).read_text())
                 kinds = {k: {"fwd_ms": v["fwd_s"] * 1e3, "bwd_ms": v["bwd_s"] * 1e3,
                              "contention": v["contention"]}
                          for k, v in prof["layers"].items()}

@@ -9,11 +9,12 @@
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Sequence
 
 from omegaconf import OmegaConf
+
+from primus_ext.util.values import json_safe
 
 GIB = 2**30
 
@@ -21,18 +22,6 @@ GIB = 2**30
 def _value(job_return) -> Any:
     from primus_ext.emit.sweep_callback import job_value
     return job_value(job_return)
-
-
-def _plain(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if x is None or isinstance(x, (bool, int, float, str)):
-        return x
-    return str(x)
 
 
 def _scalar(text: str):
@@ -82,7 +71,7 @@ def write_results(path: Path, result, candidates, returns) -> None:
            "strategy": result.strategy, "stats": result.stats,
            "recipe_files": {k: str(v) for k, v in (result.files or {}).items()},
            "top": top}
-    OmegaConf.save(OmegaConf.create(_plain(doc)), path)
+    OmegaConf.save(OmegaConf.create(json_safe(doc, default=str)), path)
 
 
 def write_summary(path: Path, candidates, returns) -> None:

@@ -78,7 +78,7 @@ def model_args(spec: RunSpec) -> list[str]:
         if m.moe_shared_expert_intermediate_size:
             a += ["--moe-shared-expert-intermediate-size",
                   m.moe_shared_expert_intermediate_size]
-        if getattr(m, "moe_router_num_groups", None):
+        if m.moe_router_num_groups:
             a += ["--moe-router-num-groups", m.moe_router_num_groups,
                   "--moe-router-group-topk", m.moe_router_group_topk]
         freq = _moe_layer_freq(spec)
@@ -163,7 +163,7 @@ def train_args(spec: RunSpec) -> list[str]:
         a += ["--recompute-granularity", "selective", "--recompute-modules",
               *t.recompute_modules]
     a += ["--attention-backend", t.attention_backend, "--optimizer", t.optimizer]
-    if getattr(t, "cross_entropy_loss_fusion", False):
+    if t.cross_entropy_loss_fusion:
         a.append("--cross-entropy-loss-fusion")
     if not t.attention_softmax_in_fp32:
         a.append("--no-attention-softmax-in-fp32")

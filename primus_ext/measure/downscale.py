@@ -169,9 +169,7 @@ def downscale(target: RunSpec, local_world: int, local_hardware: str, *,
     if t.precision == "fp8":
         rules.append("fp8: measured in bf16 (no FP8 autocast); GEMMs rescaled by the "
                      "simulate backend's fp8/bf16 ratio")
-    from primus_ext.spec import ModelSpec
-    if "moe_router_num_groups" in ModelSpec.__dataclass_fields__ and getattr(
-            m, "moe_router_num_groups", None) is not None:
+    if m.moe_router_num_groups is not None:
         # Group-limited routing picks which experts, not how many per token: the
         # per-rank work is the same without it, and fewer experts may not divide.
         ov += ["model.moe_router_num_groups=null", "model.moe_router_group_topk=null"]

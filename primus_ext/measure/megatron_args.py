@@ -208,12 +208,6 @@ def _env_int(name: str) -> int | None:
     return int(v) if v and v.isdigit() else None
 
 
-def _known(cls, **values) -> dict:
-    """The values whose fields ``cls`` has (specs grow fields; older ones lack them)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return {k: v for k, v in values.items() if k in names}
-
-
 def _grad_reduce_in_fp32(ns) -> bool:
     """Megatron-LM: bf16 accumulates and reduces gradients in fp32 unless
     --grad-reduce-in-bf16; fp16 reduces in fp16 unless
@@ -244,10 +238,9 @@ def _spec(ns, name: str | None) -> RunSpec:
     if ns.tokenizer_type == "NullTokenizer" and ns.vocab_size:
         vocab = ns.vocab_size + 1  # NullTokenizer appends the EOD token
     activation = "swiglu" if ns.swiglu else "squared_relu" if ns.squared_relu else "gelu"
-    extra_model = _known(ModelSpec, moe_router_num_groups=ns.moe_router_num_groups,
-                         moe_router_group_topk=ns.moe_router_group_topk)
     model = ModelSpec(
-        **extra_model,
+        moe_router_num_groups=ns.moe_router_num_groups,
+        moe_router_group_topk=ns.moe_router_group_topk,
         name=name or ns.model_name or f"gpt-{L}l-{ns.hidden_size}h",
         num_layers=L, hidden_size=ns.hidden_size,
         num_attention_heads=ns.num_attention_heads, ffn_hidden_size=ns.ffn_hidden_size,
@@ -293,10 +286,10 @@ def _spec(ns, name: str | None) -> RunSpec:
         use_distributed_optimizer=ns.use_distributed_optimizer and not fsdp, fsdp=fsdp,
         overlap_grad_reduce=ns.overlap_grad_reduce,
         overlap_param_gather=ns.overlap_param_gather, tp_comm_overlap=ns.tp_comm_overlap,
-        **_known(ParallelSpec, grad_reduce_in_fp32=_grad_reduce_in_fp32(ns),
-                 moe_token_dispatcher_type=_dispatcher(ns),
-                 overlap_moe_expert_parallel_comm=ns.overlap_moe_expert_parallel_comm,
-                 moe_shared_expert_overlap=ns.moe_shared_expert_overlap),
+        grad_reduce_in_fp32=_grad_reduce_in_fp32(ns),
+        moe_token_dispatcher_type=_dispatcher(ns),
+        overlap_moe_expert_parallel_comm=ns.overlap_moe_expert_parallel_comm,
+        moe_shared_expert_overlap=ns.moe_shared_expert_overlap,
         cp_comm_type="a2a" if ns.cp_comm_type == "a2a" else "p2p",
         decoder_first_pipeline_num_layers=ns.decoder_first_pipeline_num_layers,
         decoder_last_pipeline_num_layers=ns.decoder_last_pipeline_num_layers,
@@ -318,9 +311,8 @@ def _spec(ns, name: str | None) -> RunSpec:
     attn = "unfused" if backend in ("unfused", "local") else "flash"
     cluster = _cluster(ns, par.tp * par.pp * par.cp)
     dp = cluster.world_size // (par.tp * par.pp * par.cp) or 1
-    extra_train = _known(TrainSpec, cross_entropy_loss_fusion=ns.cross_entropy_loss_fusion)
     train = TrainSpec(
-        **extra_train,
+        cross_entropy_loss_fusion=ns.cross_entropy_loss_fusion,
         seq_length=ns.seq_length, micro_batch_size=ns.micro_batch_size,
         global_batch_size=ns.global_batch_size or ns.micro_batch_size * dp,
         precision=precision, fp8_recipe=ns.fp8_recipe, recompute_granularity=gran,

@@ -51,12 +51,15 @@ ATTN_OPS = ("qkv", "q_proj", "q_down", "q_up", "kv_down", "kv_up", "qk_layernorm
 OTHER_OPS = ("input_layernorm", "pre_mlp_layernorm", "attn_bda", "mlp_bda")
 # Shape keys that do not change kernel times of the same hardware.
 _NEUTRAL = ("activation", "normalization")
+# The routed experts' ops: their rows follow the routing (moe_imbalance).
+EXPERT_OPS = ("experts_fc1", "experts_act", "experts_fc2", "sort_chunks", "unsort_chunks")
 
 
 # ---- simulate-backend part times (for rescaling ratios) ---------------------------------
 def _parts(spec: RunSpec, moe: bool, window: int | None) -> dict[str, dict[str, float]]:
     sh = Shapes(spec)
-    out = {p: {"fwd": 0.0, "bwd": 0.0} for p in ("attn", "mlp", "other", "core_attn")}
+    out = {p: {"fwd": 0.0, "bwd": 0.0}
+           for p in ("attn", "mlp", "other", "core_attn", "experts")}
     for op in attention_ops(sh, window) + mlp_block_ops(sh, moe):
         part = "other" if op.name in OTHER_OPS else "attn" if (
             op.name in ATTN_OPS or op.module in ("core_attn", "qkv", "proj")) else "mlp"
@@ -64,6 +67,9 @@ def _parts(spec: RunSpec, moe: bool, window: int | None) -> dict[str, dict[str, 
         out[part]["bwd"] += op.dgrad_s + op.wgrad_s
         if op.module == "core_attn":
             out["core_attn"]["fwd"] += op.fwd_s
+        if op.name in EXPERT_OPS:  # inside "mlp": the routed experts' share of it
+            out["experts"]["fwd"] += op.fwd_s
+            out["experts"]["bwd"] += op.dgrad_s + op.wgrad_s
     return out
 
 
@@ -197,20 +203,6 @@ def _measured_kind(profile: Profile, target: RunSpec, meas: RunSpec, name: str,
                                bwd_weight_s=bwd_c * w_frac, recompute_s=rec, comms=comms)
 
 
-EXPERT_OPS = ("experts_fc1", "experts_act", "experts_fc2", "sort_chunks", "unsort_chunks")
-
-
-def _expert_share(spec: RunSpec) -> dict[str, float]:
-    """Per phase, the routed experts' share of the MoE block (the ``mlp`` hook's scope:
-    router, permutation, experts; norm and residual excluded), simulate backend."""
-    ops = [o for o in mlp_block_ops(Shapes(spec), True) if o.name not in OTHER_OPS]
-    out = {}
-    for ph, cost in (("fwd", lambda o: o.fwd_s), ("bwd", lambda o: o.dgrad_s + o.wgrad_s)):
-        total = sum(cost(o) for o in ops)
-        out[ph] = sum(cost(o) for o in ops if o.name in EXPERT_OPS) / total if total else 0.0
-    return out
-
-
 def _with_imbalance(profile: Profile, target: RunSpec, meas: RunSpec, kt, fwd_c: float,
                     bwd_c: float, rules: list[str]) -> tuple[float, float]:
     """Rule ``moe_imbalance``: the target's busiest EP rank computes more than the mean
@@ -225,7 +217,9 @@ def _with_imbalance(profile: Profile, target: RunSpec, meas: RunSpec, kt, fwd_c:
     ratio = f_t / f_m
     if abs(ratio - 1.0) < 1e-9:
         return fwd_c, bwd_c
-    share = _expert_share(_as_measured(_on(meas, profile.hardware), profile))
+    parts = _parts(_as_measured(_on(meas, profile.hardware), profile), True, None)
+    share = {ph: parts["experts"][ph] / parts["mlp"][ph] if parts["mlp"][ph] else 0.0
+             for ph in ("fwd", "bwd")}
     mlp = kt.parts.get("mlp", {})
     rules.append(f"moe_imbalance: the busiest of {ep_t} EP ranks carries {f_t:.3f} x the "
                  f"mean expert load (measured routing, {len(kt.expert_loads)} router "

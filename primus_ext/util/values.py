@@ -31,12 +31,15 @@ def _numeric(s: str) -> bool:
         return False
 
 
-def json_safe(obj):
-    """``obj`` with non-finite floats as None and tuples as lists (strict JSON)."""
+def json_safe(obj, default=None):
+    """``obj`` with non-finite floats as None and tuples as lists (strict JSON); other
+    leaves that are not JSON scalars go through ``default`` when given (e.g. ``str``)."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
-        return {str(k): json_safe(v) for k, v in obj.items()}
+        return {str(k): json_safe(v, default) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    return obj
+        return [json_safe(v, default) for v in obj]
+    if default is None or obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    return default(obj)
