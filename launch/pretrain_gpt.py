@@ -9,14 +9,14 @@ recompute and optimizer, plus --project-only, --target-nodes, --target-gpus-per-
 --target-hardware, --profile-out, --projection-out, --recipe-out, --timings-out,
 --log-layer-times. Flags it does not model (data paths, checkpointing, logging, ...) are
 ignored with one warning.
-See primus_ext/measure/launch.py.
+See primus_ext/frameworks/megatron/launch.py.
 """
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from primus_ext.measure.launch import main  # noqa: E402
+from primus_ext.frameworks.megatron.launch import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -89,3 +89,13 @@ def spec_from_cfg(cfg: DictConfig) -> RunSpec:
 
 _REQUIRED_MODEL = frozenset(f.name for f in dataclasses.fields(ModelSpec)
                             if f.default is dataclasses.MISSING)
+
+
+def tune_inputs(overrides: list[str]) -> tuple[RunSpec, dict, dict]:
+    """What the tuner needs from override strings: the spec, the composed ``tune`` group
+    as a plain dict (unresolved: ``${hydra:...}`` needs a Hydra run), and the calibration
+    and profile settings."""
+    cfg = compose_cfg(list(overrides))
+    data = OmegaConf.to_container(cfg.tune, resolve=False)
+    extra = {"calibration": cfg.get("calibration", "default"), "profile": cfg.get("profile")}
+    return spec_from_cfg(cfg), data, extra

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from primus_ext.compute import backend  # noqa: E402
+from primus_ext.project import simulate_backend as backend  # noqa: E402
 from primus_ext.presets import hardware_preset  # noqa: E402
 from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec  # noqa: E402
 

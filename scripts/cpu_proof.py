@@ -141,7 +141,7 @@ def _torchrun(nproc: int) -> list[str]:
 
 # ---- workers (run in their own processes) --------------------------------------------
 def microbench_worker(out: str, quick: bool) -> None:
-    from primus_ext.measure.build import init_distributed, prepare_runtime
+    from primus_ext.frameworks.megatron.build import init_distributed, prepare_runtime
     prepare_runtime(1)
     from primus_ext.measure.microbench import run_microbenchmarks
     init_distributed()
@@ -155,10 +155,10 @@ def microbench_worker(out: str, quick: bool) -> None:
 
 def measure_worker(out: str, name: str, quick: bool, repeats: int) -> None:
     """One process: the downscaled run of target ``name``, measured; profile to ``out``."""
-    from primus_ext.measure.build import prepare_runtime
+    from primus_ext.frameworks.megatron.build import prepare_runtime
     prepare_runtime(1)
-    from primus_ext.measure.megatron_args import parse_megatron_args
-    from primus_ext.measure.runner import MeasureOptions, measure
+    from primus_ext.frameworks.megatron.args import parse_megatron_args
+    from primus_ext.frameworks.megatron.runner import MeasureOptions, measure
     c = next(c for c in configs(quick) if c.name == name)
     opts = MeasureOptions(warmup=2, repeats=repeats, num_microbatches=4, microbench=False)
     measure(parse_megatron_args(_target_flags(c)), opts).save(out)
@@ -182,8 +182,8 @@ def _load() -> float:
 
 
 def project(c: Config, profile_path: str, fits: list[dict]):
-    from primus_ext.measure.megatron_args import parse_megatron_args
-    from primus_ext.measure.profile import CommFit, Profile
+    from primus_ext.frameworks.megatron.args import parse_megatron_args
+    from primus_ext.project.profile import CommFit, Profile
     from primus_ext.project.from_profile import project_from_profile
     prof = Profile.load(profile_path)
     prof = dataclasses.replace(prof, comm_fits=tuple(

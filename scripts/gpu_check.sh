@@ -24,7 +24,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 HW=$($PY - <<'EOF'
 import torch
 assert torch.cuda.is_available(), "gpu_check.sh needs a CUDA device"
-from primus_ext.measure.runner import local_hardware
+from primus_ext.frameworks.megatron.runner import local_hardware
 print(local_hardware())
 EOF
 )
@@ -54,9 +54,9 @@ t2=$(date +%s)
 $PY - "$OUT" "$HW" "${MODEL[@]}" "${TARGET[@]}" <<'EOF' | tee "$OUT/compare.txt"
 import json, sys
 out, hw, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
-from primus_ext.compute.backend import simulate_layer_costs
-from primus_ext.measure.megatron_args import parse_megatron_args
-from primus_ext.measure.profile import Profile
+from primus_ext.project.simulate_backend import simulate_layer_costs
+from primus_ext.frameworks.megatron.args import parse_megatron_args
+from primus_ext.project.profile import Profile
 from primus_ext.project.from_profile import measured_spec
 proj = json.load(open(f"{out}/projection.json"))
 real = json.load(open(f"{out}/timings.json"))

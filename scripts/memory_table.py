@@ -1,7 +1,7 @@
 """Our per-rank memory figures next to the tensors megatron-core allocates, as a table.
 
-Runs every case of ``primus_ext/measure/memory_cases.py`` in two CPU processes (gloo),
-compares with ``primus_ext/measure/memory_compare.py`` and prints a Markdown table;
+Runs every case of ``primus_ext/groundtruth/memory_cases.py`` in two CPU processes (gloo),
+compares with ``primus_ext/groundtruth/memory_compare.py`` and prints a Markdown table;
 ``--write`` writes it to docs/memory.md (generated, never edited by hand).
 
 Usage: python scripts/memory_table.py [--write] [--cases NAME,NAME]
@@ -65,7 +65,7 @@ def _collapse(rows):
 
 
 def table(cases, results) -> tuple[str, int, int]:
-    from primus_ext.measure.memory_compare import compare
+    from primus_ext.groundtruth.memory_compare import compare
     lines = ["| case | quantity | rank | ours | megatron-core | diff | CPU delta | ok |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
     n_ok = n_all = 0
@@ -129,8 +129,8 @@ def main() -> None:
     import megatron.core
     import torch
 
-    from primus_ext.measure.memory_cases import CASES
-    from primus_ext.measure.memory_runner import run_cases
+    from primus_ext.groundtruth.memory_cases import CASES
+    from primus_ext.groundtruth.memory_runner import run_cases
     names = set(filter(None, args.cases.split(",")))
     cases = [c for c in CASES if not names or c.name in names]
     t = time.perf_counter()

@@ -30,7 +30,7 @@ exposed, hidden time charged ``comm_overlap_penalty``):
   computes, so each hides behind that layer's compute of the same phase.
 
 Each CommOp is paired with the megatron module it belongs to, so a recomputed module
-re-issues its forward collectives (see compute/backend.py).
+re-issues its forward collectives (see project/simulate_backend.py).
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from primus_ext.comm.moe_comm import ep_comm_ops
 from primus_ext.comm.overlap import exposed_s
 from primus_ext.comm.step_comm import grad_bytes_per_param
 from primus_ext.compute.ops import OpCost, Shapes
-from primus_ext.project.costs import CommOp
+from primus_ext.compute.costs import CommOp
 from primus_ext.spec.run import RunSpec
 
 Tagged = tuple[CommOp, str]  # (collective, module)

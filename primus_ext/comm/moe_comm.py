@@ -53,7 +53,7 @@ from math import comb
 from primus_ext.comm.collectives import all_gather_s, network_and_link_s, reduce_scatter_s
 from primus_ext.comm.groups import group_span
 from primus_ext.comm.overlap import exposed_s
-from primus_ext.project.costs import CommOp
+from primus_ext.compute.costs import CommOp
 from primus_ext.spec.run import RunSpec
 
 _EP_OPS = (("dispatch", "fwd"), ("combine", "fwd"), ("combine_bwd", "bwd"),

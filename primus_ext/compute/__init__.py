@@ -1,0 +1,1 @@
+"""FLOPs and bytes of every op of a layer (forward, input gradient, weight gradient) and their time on a HardwareSpec: GEMMs, attention, memory-bound elementwise ops; the LayerCosts types both backends produce."""

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Callable, Sequence
 
-from primus_ext.emit.megatron_flags import torchrun_script
+from primus_ext.frameworks.megatron.flags import torchrun_script
 from primus_ext.emit.overrides import _key_of, recipe_config, spec_overrides
 from primus_ext.emit.tune_report import render_report
 from primus_ext.tune.space import describe

@@ -10,7 +10,7 @@ from collections import defaultdict
 import torch.distributed as dist
 
 from primus_ext.measure.hooks import LayerTimer, _median
-from primus_ext.measure.profile import CollectiveSeen
+from primus_ext.project.profile import CollectiveSeen
 from primus_ext.spec import RunSpec
 
 IN_LAYER_AXES = ("tp", "cp", "ep", "etp", "tp_ep")

@@ -18,7 +18,7 @@ import dataclasses
 from collections import defaultdict
 
 from primus_ext.comm.moe_comm import METADATA_OPS
-from primus_ext.measure.profile import Profile
+from primus_ext.project.profile import Profile
 from primus_ext.spec import RunSpec
 
 ACTIVATION_DTYPES = ("bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2")
@@ -53,7 +53,7 @@ def _status(captured: float, model: float, tol: float) -> str:
 
 def collective_check(profile: Profile, base: RunSpec, tol: float = 0.01) -> list[dict]:
     """Rows {kind, axis, collective, phase, captured_bytes, model_bytes, status}."""
-    from primus_ext.compute.backend import simulate_layer_costs
+    from primus_ext.project.simulate_backend import simulate_layer_costs
     meas = _measured(profile, base)
     costs = simulate_layer_costs(meas)
     captured: dict[tuple, float] = defaultdict(float)
@@ -95,7 +95,7 @@ def collective_check(profile: Profile, base: RunSpec, tol: float = 0.01) -> list
 def activation_check(profile: Profile, base: RunSpec, tol: float = 0.0) -> list[dict]:
     """Rows {kind, captured_bytes, model_bytes, cpu_delta, status} for the decoder layer
     kinds. On a CPU the model's bytes get the memory engineer's named CPU-only delta
-    (``memory_compare.norm_cpu_delta``: torch's composite RMSNorm saves fp32 copies)."""
+    (``memory.cpu_delta.norm_cpu_delta``: torch's composite RMSNorm saves fp32 copies)."""
     from primus_ext.memory.activations import layer_items
     from primus_ext.memory.options import MemoryOptions
     meas = _measured(profile, base)
@@ -112,7 +112,7 @@ def activation_check(profile: Profile, base: RunSpec, tol: float = 0.0) -> list[
         model = sum(items.values())
         delta = 0
         if profile.device.get("kind") == "cpu":
-            from primus_ext.measure.memory_compare import norm_cpu_delta
+            from primus_ext.memory.cpu_delta import norm_cpu_delta
             delta = norm_cpu_delta(spec, items)
         rows.append({"kind": kind, "captured_bytes": kt.activation_bytes,
                      "model_bytes": model, "cpu_delta": delta,
@@ -124,7 +124,7 @@ def flops_check(profile: Profile, base: RunSpec, tol: float = 0.02) -> list[dict
     """Executed FLOPs of one microbatch the tracer's run counted (``FlopCounterMode``:
     matmuls and attention) against the simulate backend's ``fwd_flops``/``bwd_flops`` of
     the measured layout: forward per decoder kind and output layer, and the total."""
-    from primus_ext.compute.backend import simulate_layer_costs
+    from primus_ext.project.simulate_backend import simulate_layer_costs
     got = profile.step.get("executed_flops_per_microbatch") or {}
     if not got:
         return []
@@ -171,3 +171,16 @@ def format_rows(rows: list[dict]) -> list[str]:
         out.append(f"{label:<36} captured {r['captured_bytes']:>15,.0f}{unit}  "
                    f"model {r['model_bytes']:>15,.0f}{unit}{extra}  {r['status']}")
     return out
+
+
+def check_notes(profile: Profile, target: RunSpec) -> tuple[str, ...]:
+    """One line each for the collective and activation checks (the notes a projection
+    from a profile measured on other hardware carries)."""
+    rows = collective_check(profile, target)
+    acts = activation_check(profile, target)
+    ok = sum(r["status"] == "match" for r in rows)
+    ok_a = sum(r["status"] == "match" for r in acts)
+    return (f"check: captured collective bytes per layer vs comm model (measured layout): "
+            f"{ok} of {len(rows)} match",
+            f"check: saved activation bytes per layer vs memory model: {ok_a} of "
+            f"{len(acts)} match")

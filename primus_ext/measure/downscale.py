@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import gcd
 
-from primus_ext.measure.overrides import apply_overrides
+from primus_ext.presets.overrides import apply_overrides
 from primus_ext.spec import RunSpec, padded_vocab
 
 
@@ -178,25 +178,3 @@ def downscale(target: RunSpec, local_world: int, local_hardware: str, *,
     spec = apply_overrides(target, ov)
     return Downscaled(spec=spec, overrides=tuple(ov), rules=tuple(rules),
                       world_size=world_l)
-
-
-def rank_shapes(spec: RunSpec) -> dict:
-    """What one rank computes per microbatch: the shapes that decide its kernel times."""
-    m, p, t = spec.model, spec.parallel, spec.train
-    tokens = t.micro_batch_size * t.seq_length // p.cp
-    out = {
-        "micro_batch_size": t.micro_batch_size, "seq_length": t.seq_length,
-        "tokens": tokens, "sp_tokens": tokens // p.tp if p.sequence_parallel else tokens,
-        "hidden_size": m.hidden_size, "heads": m.num_attention_heads // p.tp,
-        "query_groups": max(m.num_groups // p.tp, 1), "head_dim": m.head_dim,
-        "ffn": m.dense_ffn_size // p.tp,
-        "vocab": padded_vocab(m.vocab_size, m.make_vocab_size_divisible_by, p.tp) // p.tp,
-        "cp": p.cp, "precision": t.precision, "activation": m.activation,
-        "normalization": m.normalization, "attention_backend": t.attention_backend,
-    }
-    if m.is_moe:
-        out.update(experts=m.num_moe_experts // p.ep,
-                   expert_ffn=m.expert_ffn_size // p.expert_tp,
-                   topk=m.moe_router_topk,
-                   shared_ffn=(m.moe_shared_expert_intermediate_size or 0) // p.tp)
-    return out

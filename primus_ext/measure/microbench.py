@@ -24,7 +24,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from primus_ext.measure.profile import CommFit, fit_alpha_beta  # noqa: F401 (re-export)
+from primus_ext.project.profile import CommFit, fit_alpha_beta  # noqa: F401 (re-export)
 
 DEFAULT_SIZES = tuple(2 ** k for k in range(12, 25, 2))  # 4 KiB .. 16 MiB
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")

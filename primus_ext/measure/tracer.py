@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-# torch.distributed name -> the collective kind of primus_ext.project.costs.COLLECTIVES.
+# torch.distributed name -> the collective kind of primus_ext.compute.costs.COLLECTIVES.
 WRAPPED = {
     "all_reduce": "all_reduce",
     "all_gather_into_tensor": "all_gather",

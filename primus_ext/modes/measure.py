@@ -22,7 +22,7 @@ OPTION_KEYS = ("warmup", "repeats", "num_microbatches", "layers_per_kind", "micr
 
 
 def _options(cfg, overrides: tuple[str, ...]):
-    from primus_ext.measure.runner import MeasureOptions
+    from primus_ext.frameworks.megatron.runner import MeasureOptions
     raw = dict(cfg.get("measure") or {})
     unknown = sorted(set(raw) - set(OPTION_KEYS))
     if unknown:
@@ -61,9 +61,9 @@ def summary_rows(profile) -> list[tuple]:
 
 
 def run(cfg) -> dict:
-    from primus_ext.measure.build import prepare_runtime
+    from primus_ext.frameworks.megatron.build import prepare_runtime
     prepare_runtime()  # tracer before megatron.core is imported
-    from primus_ext.measure.runner import measure
+    from primus_ext.frameworks.megatron.runner import measure
 
     spec = spec_from_cfg(cfg)
     overrides = ()

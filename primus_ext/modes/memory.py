@@ -10,6 +10,8 @@ def run(cfg) -> dict:
     spec = spec_from_cfg(cfg)
     report = memory_report(spec)
     out = report.to_dict()
+    if cfg.get("layout_note"):
+        out["layout_note"] = cfg.layout_note
     if cfg.get("plot"):
         from primus_ext.emit.plots import plot_memory
         plot_memory(spec, report, cfg.plot)
@@ -26,4 +28,6 @@ def run(cfg) -> dict:
                 caption=f"peak {gib(report.peak_bytes):.2f} GiB of "
                         f"{gib(report.device_bytes):.2f} GiB: "
                         f"{'fits' if report.fits else 'DOES NOT FIT'}")
+    if cfg.get("layout_note"):
+        print(f"note: {cfg.layout_note}")
     return out

@@ -1,6 +1,7 @@
 """mode=project: one projection (simulate backend, or a measured profile)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from primus_ext.config import spec_from_cfg
@@ -12,11 +13,19 @@ from primus_ext.util.files import atomic_write_text
 def _estimate(cfg, spec, record: bool):
     calibration = cfg.get("calibration", "default")
     if cfg.get("backend", "simulate") == "profile":
-        from primus_ext.project.from_profile import estimate_from_profile
+        from primus_ext.project.from_profile import estimate_from_profile, same_hardware
         if not cfg.get("profile"):
             raise ValueError("backend=profile needs profile=FILE (a saved Profile JSON)")
-        return estimate_from_profile(cfg.profile, spec, calibration=calibration,
-                                     record_timeline=record)
+        from primus_ext.project.profile import Profile
+        profile = Profile.load(cfg.profile)
+        est = estimate_from_profile(profile, spec, calibration=calibration,
+                                    record_timeline=record)
+        if not same_hardware(profile, spec):
+            # Times come from the target's model; say whether the bytes the run captured
+            # agree with the comm and memory models (measurement-side checks).
+            from primus_ext.measure.checks import check_notes
+            est = dataclasses.replace(est, notes=est.notes + check_notes(profile, spec))
+        return est
     if cfg.get("backend", "simulate") != "simulate":
         raise ValueError(f"backend={cfg.backend!r} must be 'simulate' or 'profile'")
     return project(spec, calibration=calibration, record_timeline=record)
@@ -27,6 +36,8 @@ def run(cfg) -> dict:
     want_timeline = bool(cfg.get("plot") or cfg.get("trace"))
     est = _estimate(cfg, spec, want_timeline)
     out = est.to_dict()
+    if cfg.get("layout_note"):
+        out["layout_note"] = cfg.layout_note
     if cfg.get("trace"):
         from primus_ext.project.trace import to_chrome_trace
         atomic_write_text(cfg.trace, json.dumps(to_chrome_trace(est.timeline)))
@@ -37,6 +48,8 @@ def run(cfg) -> dict:
         print_json(out)
     else:
         print_estimate(spec, est)
+        if cfg.get("layout_note"):
+            print(f"note: {cfg.layout_note}")
     return out
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from primus_ext.comm.step_comm import SyncCost, dp_grad_sync, param_gather
-from primus_ext.compute.optimizer import optimizer_step_s
+from primus_ext.project.optimizer import optimizer_step_s
 from primus_ext.compute.rank_params import chunk_param_counts, stage_param_counts
 from primus_ext.spec import RunSpec
 

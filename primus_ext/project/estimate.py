@@ -19,7 +19,7 @@ import dataclasses
 
 from primus_ext.compute.model_flops import FORMULA_NAME, model_flops_per_token
 from primus_ext.project.calibration import Calibration, load_calibration
-from primus_ext.project.costs import LayerCosts
+from primus_ext.compute.costs import LayerCosts
 from primus_ext.project.dp_sync import dp_sync
 from primus_ext.project.estimate_types import Estimate
 from primus_ext.project.schedule import ScheduleInput, ScheduleResult, simulate
@@ -137,7 +137,7 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
     ``calibration`` ("default", None, a path or a Calibration) sets the hardware's fitted
     physical constants.
     """
-    from primus_ext.compute.backend import p2p_time_s, simulate_layer_costs
+    from primus_ext.project.simulate_backend import p2p_time_s, simulate_layer_costs
     from primus_ext.memory.report import memory_report
 
     calib = calibration if isinstance(calibration, Calibration) else load_calibration(calibration)

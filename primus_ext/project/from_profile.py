@@ -34,13 +34,12 @@ from __future__ import annotations
 import dataclasses
 
 from primus_ext.comm.groups import group_span
-from primus_ext.compute.backend import simulate_layer_costs
+from primus_ext.project.simulate_backend import simulate_layer_costs
 from primus_ext.compute.layer_ops import attention_ops, mlp_block_ops
 from primus_ext.compute.ops import Shapes
-from primus_ext.measure.downscale import rank_shapes
-from primus_ext.measure.profile import CommFit, Profile
+from primus_ext.project.profile import CommFit, Profile, rank_shapes
 from primus_ext.presets import hardware_preset
-from primus_ext.project.costs import CommOp, LayerCost, LayerCosts
+from primus_ext.compute.costs import CommOp, LayerCost, LayerCosts
 from primus_ext.project.moe_balance import busiest_rank_factor
 from primus_ext.project.profile_hardware import calibrated_spec, fitted_hardware, \
     measured_spec, same_hardware  # noqa: F401 - fitted_hardware: re-exported
@@ -255,8 +254,7 @@ def layer_costs_from_profile(profile: Profile, target_spec: RunSpec) -> LayerCos
                  "collectives with bytes per layer, activation bytes per layer)",
                  f"simulated: compute times ({target_spec.cluster.hardware.name} model of "
                  "the simulate backend), collective times (comm model), pipeline "
-                 "schedule, data-parallel sync, optimizer") + _check_notes(profile,
-                                                                            target_spec)
+                 "schedule, data-parallel sync, optimizer")
         return LayerCosts(kinds=dict(sim.kinds), decoder_kinds=sim.decoder_kinds,
                           source=f"profile:{profile.created}:simulated-times", notes=notes)
     meas = measured_spec(profile, target_spec)
@@ -303,18 +301,6 @@ def _scaled_sim(profile: Profile, target: RunSpec, meas: RunSpec, lc: LayerCost
     return dataclasses.replace(lc, fwd_s=lc.fwd_s * r, bwd_input_s=lc.bwd_input_s * r,
                                bwd_weight_s=lc.bwd_weight_s * r,
                                recompute_s=lc.recompute_s * r, comms=comms)
-
-
-def _check_notes(profile: Profile, target: RunSpec) -> tuple[str, ...]:
-    from primus_ext.measure.checks import activation_check, collective_check
-    rows = collective_check(profile, target)
-    acts = activation_check(profile, target)
-    ok = sum(r["status"] == "match" for r in rows)
-    ok_a = sum(r["status"] == "match" for r in acts)
-    return (f"check: captured collective bytes per layer vs comm model (measured layout): "
-            f"{ok} of {len(rows)} match",
-            f"check: saved activation bytes per layer vs memory model: {ok_a} of "
-            f"{len(acts)} match")
 
 
 def project_from_profile(profile: Profile | str, target_spec: RunSpec, *,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from primus_ext.measure.overrides import apply_overrides
-from primus_ext.measure.profile import Profile
+from primus_ext.presets.overrides import apply_overrides
+from primus_ext.project.profile import Profile
 from primus_ext.spec import RunSpec
 
 
@@ -38,7 +38,7 @@ def fitted_hardware(profile: Profile, hw):
     """``hw`` with its scale-up tier fitted to the microbenchmarks (pure alpha-beta: no
     size-dependent bandwidth, no per-hop latency) and its HBM rate to the measured
     optimizer step. Unchanged where the profile has no data."""
-    from primus_ext.measure.profile import fit_alpha_beta
+    from primus_ext.project.profile import fit_alpha_beta
     changes = {}
     pts = [(p[0] * _ring_factor(f.collective, f.group_size), p[1])
            for f in profile.comm_fits if f.collective in ("all_reduce", "reduce_scatter",
@@ -58,7 +58,7 @@ def fitted_hardware(profile: Profile, hw):
 
 
 def _fit_hbm(spec: RunSpec, profile: Profile, meas: RunSpec) -> RunSpec:
-    from primus_ext.compute.optimizer import optimizer_step_s
+    from primus_ext.project.optimizer import optimizer_step_s
     step = profile.step
     target_s = step.get("optimizer_s", 0.0) + step.get("zero_grad_s", 0.0)
     n = step.get("num_params_per_rank", 0)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from primus_ext.project.costs import LayerCost, LayerCosts
+from primus_ext.compute.costs import LayerCost, LayerCosts
 from primus_ext.spec import RunSpec
 
 

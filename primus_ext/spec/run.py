@@ -104,3 +104,12 @@ def check_run(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
                 f"train.recompute_num_layers={train.recompute_num_layers} exceeds the "
                 f"{per_chunk} layers of a pipeline chunk (recompute_method='uniform')")
     pipeline_layout(model.num_layers, par)  # raises on an illegal uneven layout
+
+
+def uses_te(spec: RunSpec) -> bool:
+    """Whether the run's layers are Transformer Engine modules: ``train.te`` when set,
+    else TE on GPU hardware and megatron-core's local spec on a CPU (TE has no CPU
+    build)."""
+    if spec.train.te is not None:
+        return spec.train.te
+    return spec.cluster.hardware.name != "cpu"

@@ -13,6 +13,8 @@ ATTENTION_BACKENDS = ("flash", "unfused")
 OPTIMIZERS = ("adam", "sgd")
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
 FLASH_IMPLS = ("native", "fa2")
+MAIN_GRADS_DTYPES = ("fp32", "bf16")
+EXP_AVG_DTYPES = ("fp32", "fp16", "bf16", "fp8")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -48,6 +50,19 @@ class TrainSpec:
     # Softmax of the unfused attention path saved in fp32 (megatron-core default True);
     # only matters for attention_backend=unfused.
     attention_softmax_in_fp32: bool = True
+    # The layer stack: True = Transformer Engine modules (what GPU runs use), False =
+    # megatron-core's local spec (what runs on a CPU); None = TE on GPU hardware presets,
+    # local on `cpu` (``uses_te``).
+    te: bool | None = None
+    # --fp8-param-gather: parameters kept (and all-gathered) in FP8.
+    fp8_param_gather: bool = False
+    # --use-precision-aware-optimizer with --main-grads-dtype / --exp-avg-dtype /
+    # --exp-avg-sq-dtype: the optimizer's main gradients and Adam moments in lower
+    # precision (megatron-core optimizer/optimizer_config.py).
+    use_precision_aware_optimizer: bool = False
+    main_grads_dtype: str = "fp32"
+    exp_avg_dtype: str = "fp32"
+    exp_avg_sq_dtype: str = "fp32"
 
     def __post_init__(self) -> None:
         for f in ("seq_length", "micro_batch_size", "global_batch_size"):
@@ -60,6 +75,19 @@ class TrainSpec:
         one_of(_OWNER, "attention_backend", self.attention_backend, ATTENTION_BACKENDS)
         one_of(_OWNER, "flash_attn_impl", self.flash_attn_impl, FLASH_IMPLS)
         one_of(_OWNER, "optimizer", self.optimizer, OPTIMIZERS)
+        one_of(_OWNER, "main_grads_dtype", self.main_grads_dtype, MAIN_GRADS_DTYPES)
+        one_of(_OWNER, "exp_avg_dtype", self.exp_avg_dtype, EXP_AVG_DTYPES)
+        one_of(_OWNER, "exp_avg_sq_dtype", self.exp_avg_sq_dtype, EXP_AVG_DTYPES)
+        if not self.use_precision_aware_optimizer and (
+                self.main_grads_dtype, self.exp_avg_dtype, self.exp_avg_sq_dtype) != (
+                "fp32", "fp32", "fp32"):
+            raise ValueError(
+                "train.main_grads_dtype / exp_avg_dtype / exp_avg_sq_dtype other than fp32 "
+                "need train.use_precision_aware_optimizer=true (as Megatron-LM requires "
+                "--use-precision-aware-optimizer for them)")
+        if self.fp8_param_gather and self.precision != "fp8":
+            raise ValueError(f"train.fp8_param_gather=True needs train.precision='fp8' "
+                             f"(it is {self.precision!r})")
         object.__setattr__(self, "recompute_modules", tuple(self.recompute_modules))
         if self.recompute_granularity == "full":
             if self.recompute_method is None:

@@ -32,7 +32,7 @@ class ProfileScorer:
     """Compact estimates of specs from one measured profile (loaded once)."""
 
     def __init__(self, settings):
-        from primus_ext.measure.profile import Profile
+        from primus_ext.project.profile import Profile
 
         self.settings = settings
         self.profile = Profile.load(settings.profile)

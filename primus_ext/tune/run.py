@@ -83,18 +83,14 @@ def default_out_dir() -> Path:
 
 
 def _from_overrides(overrides: Sequence[str]) -> tuple[RunSpec, dict, dict]:
-    """(spec, the composed tune group as a plain dict, calibration and profile)."""
-    from omegaconf import OmegaConf
-
-    from primus_ext.config import compose_cfg, spec_from_cfg
-
-    cfg = compose_cfg(list(overrides))
-    data = OmegaConf.to_container(cfg.tune, resolve=False)
+    """Override strings composed by the Hydra edge (``config.tune_inputs``); the tuner
+    itself never imports Hydra."""
+    from primus_ext.config import tune_inputs
+    base, data, extra = tune_inputs(list(overrides))
     out = data.get("out_dir")
     if isinstance(out, str) and "${" in out:  # ${hydra:...} needs a Hydra run
         data["out_dir"] = str(default_out_dir())
-    extra = {"calibration": cfg.get("calibration", "default"), "profile": cfg.get("profile")}
-    return spec_from_cfg(cfg), data, extra
+    return base, data, extra
 
 
 def _merge(base: dict, top: dict) -> dict:

@@ -7,7 +7,7 @@ from primus_ext.comm.collectives import group_collective_s
 from primus_ext.comm.overlap import exposed_s
 from primus_ext.comm.step_comm import dp_grad_sync, exposed_dp_s, p2p_bytes, p2p_time_s, \
     param_gather, param_gather_s
-from primus_ext.compute.optimizer import optimizer_step_s, updated_params
+from primus_ext.project.optimizer import optimizer_step_s, updated_params
 from primus_ext.compute.rank_params import stage_param_counts
 from primus_ext.presets import hardware_preset
 from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec

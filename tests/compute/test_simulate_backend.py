@@ -8,10 +8,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from sim_specs import dsv3, llama70b, mixtral, run
 
-from primus_ext.compute.backend import full_recompute_layers, optimizer_step_s, \
+from primus_ext.project.simulate_backend import full_recompute_layers, optimizer_step_s, \
     p2p_time_s, simulate_layer_costs
 from primus_ext.presets import hardware_preset
-from primus_ext.project.costs import AXES, COLLECTIVES, LayerCosts
+from primus_ext.compute.costs import AXES, COLLECTIVES, LayerCosts
 
 
 def test_dsv3_kinds_and_layers():

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primus_ext.measure.downscale import downscale, layer_counts, rank_shapes
-from primus_ext.measure.overrides import apply_overrides, spec_overrides
+from primus_ext.measure.downscale import downscale, layer_counts
+from primus_ext.project.profile import rank_shapes
+from primus_ext.presets.overrides import apply_overrides, spec_overrides
 
 _spec = importlib.util.spec_from_file_location(
     "measure_specs", pathlib.Path(__file__).with_name("specs.py"))

@@ -7,10 +7,11 @@ import pathlib
 
 import pytest
 
-from primus_ext.compute.backend import simulate_layer_costs
-from primus_ext.measure.downscale import downscale, rank_shapes
-from primus_ext.measure.overrides import spec_overrides
-from primus_ext.measure.profile import CommFit, KindTiming, Profile, fit_alpha_beta
+from primus_ext.project.simulate_backend import simulate_layer_costs
+from primus_ext.measure.downscale import downscale
+from primus_ext.project.profile import rank_shapes
+from primus_ext.presets.overrides import spec_overrides
+from primus_ext.project.profile import CommFit, KindTiming, Profile, fit_alpha_beta
 from primus_ext.project.from_profile import calibrated_spec, fitted_hardware, \
     layer_costs_from_profile, project_from_profile
 
@@ -125,7 +126,7 @@ def test_fitted_hardware_reproduces_the_fits():
 
 
 def test_optimizer_rate_fitted_to_the_measured_step():
-    from primus_ext.compute.optimizer import optimizer_step_s
+    from primus_ext.project.optimizer import optimizer_step_s
     target = S.run(S.tiny(), hw="cpu", gpn=1, train={"seq_length": 256,
                                                     "global_batch_size": 8})
     prof = profile_for(target)

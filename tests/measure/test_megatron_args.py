@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from primus_ext import compose
-from primus_ext.emit.megatron_flags import megatron_argv
-from primus_ext.measure.megatron_args import ignored_warning, parse_launch_args, \
+from primus_ext.frameworks.megatron.flags import megatron_argv
+from primus_ext.frameworks.megatron.args import ignored_warning, parse_launch_args, \
     parse_megatron_args
 
 BASE = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "8",

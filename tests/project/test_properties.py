@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from primus_ext.presets import hardware_preset
-from primus_ext.project.costs import LayerCost, LayerCosts
+from primus_ext.compute.costs import LayerCost, LayerCosts
 from primus_ext.project.estimate import _simulate_step, project
 from primus_ext.project.schedule import ScheduleInput, simulate
 from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec

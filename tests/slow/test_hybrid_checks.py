@@ -21,8 +21,8 @@ pytest.importorskip("megatron.core")
 
 from primus_ext.measure.checks import activation_check, collective_check, flops_check, \
     p2p_check  # noqa: E402
-from primus_ext.measure.megatron_args import parse_megatron_args  # noqa: E402
-from primus_ext.measure.profile import Profile  # noqa: E402
+from primus_ext.frameworks.megatron.args import parse_megatron_args  # noqa: E402
+from primus_ext.project.profile import Profile  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

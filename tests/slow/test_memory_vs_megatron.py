@@ -1,7 +1,7 @@
 """The memory model against a real megatron-core GPTModel, byte for byte.
 
 Two CPU processes with gloo (``torch.multiprocessing.spawn``, one thread each) run every
-case of ``primus_ext/measure/memory_cases.py`` once: parameters per rank, the DDP grad
+case of ``primus_ext/groundtruth/memory_cases.py`` once: parameters per rank, the DDP grad
 and param buffers and the optimizer state megatron-core allocates, the activation bytes
 autograd saves per layer and for the output layer (GPU-like dropout masks), and the
 microbatches alive at a stage's peak in a real PP=2 schedule. Every row must satisfy
@@ -16,9 +16,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
-from primus_ext.measure.memory_cases import CASES  # noqa: E402
-from primus_ext.measure.memory_compare import compare  # noqa: E402
-from primus_ext.measure.memory_runner import run_cases  # noqa: E402
+from primus_ext.groundtruth.memory_cases import CASES  # noqa: E402
+from primus_ext.groundtruth.memory_compare import compare  # noqa: E402
+from primus_ext.groundtruth.memory_runner import run_cases  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -8,9 +8,10 @@ from primus_ext.config import compose, compose_cfg
 from primus_ext.tune.run import tune
 
 from_profile = pytest.importorskip("primus_ext.project.from_profile")
-from primus_ext.measure.downscale import downscale, rank_shapes  # noqa: E402
-from primus_ext.measure.overrides import spec_overrides  # noqa: E402
-from primus_ext.measure.profile import KindTiming, Profile  # noqa: E402
+from primus_ext.measure.downscale import downscale  # noqa: E402
+from primus_ext.project.profile import rank_shapes  # noqa: E402
+from primus_ext.presets.overrides import spec_overrides  # noqa: E402
+from primus_ext.project.profile import KindTiming, Profile  # noqa: E402
 
 JOB = ["model=tiny_dense", "cluster.hardware=h100", "cluster.num_nodes=1",
        "train.global_batch_size=64", "train.seq_length=1024"]

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from omegaconf import OmegaConf
 
 from primus_ext.config import compose, spec_from_cfg
-from primus_ext.emit.megatron_flags import megatron_argv, torchrun_script
+from primus_ext.frameworks.megatron.flags import megatron_argv, torchrun_script
 from primus_ext.emit.overrides import hydra_value, spec_overrides
 from primus_ext.project.estimate import project
 from primus_ext.tune.run import tune
@@ -83,7 +83,7 @@ def _script_argv(script: str) -> tuple[list[str], dict]:
 
 
 def test_megatron_args_parse_back_into_the_winner(llama_recipe, monkeypatch):
-    mod = pytest.importorskip("primus_ext.measure.megatron_args")
+    mod = pytest.importorskip("primus_ext.frameworks.megatron.args")
     result, out = llama_recipe
     argv, env = _script_argv((out / "megatron_args.sh").read_text())
     for k in ("NNODES", "GPUS_PER_NODE", "LOCAL_WORLD_SIZE", "PRIMUS_TARGET_HARDWARE"):
@@ -107,7 +107,7 @@ _SPACES = {name: SearchSpace(compose(ov), SpaceSettings(values=axes)) for name, 
 def test_property_megatron_flags_round_trip(data):
     """Any legal layout of three spaces (dense, MoE, MLA+MTP with uneven stages) is read
     back by parse_megatron_args as the same RunSpec."""
-    mod = pytest.importorskip("primus_ext.measure.megatron_args")
+    mod = pytest.importorskip("primus_ext.frameworks.megatron.args")
     space = _SPACES[data.draw(st.sampled_from(sorted(_SPACES)))]
     point = data.draw(st.sampled_from(space.legal_points()))
     spec = space.spec(point)

@@ -41,10 +41,11 @@ def run_case(case: Case) -> dict:
     """This rank's measurements of one case (inside an initialized process group)."""
     import torch
 
-    from primus_ext.measure import memory_probe as mp
+    from primus_ext.frameworks.megatron.model import setup_parallel, transformer_config
+    from primus_ext.groundtruth import memory_probe as mp
     spec = case.spec
-    mp.setup_parallel(spec)
-    config = mp.transformer_config(
+    setup_parallel(spec)
+    config = transformer_config(
         spec, bias_activation_fusion=case.options.get("bias_activation_fusion", True))
     chunks = mp.build_chunks(spec, config)
     out: dict = {}
@@ -85,7 +86,7 @@ def _worker(rank: int, world_size: int, port: int, cases: list[Case], out_dir: s
     import warnings
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
-    from primus_ext.measure import memory_probe as mp
+    from primus_ext.groundtruth import memory_probe as mp
     mp.init_process(rank, world_size, port)
     results = {}
     for case in cases:

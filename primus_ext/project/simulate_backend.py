@@ -29,10 +29,10 @@ from primus_ext.comm.step_comm import dp_grad_sync_s, p2p_time_s, param_gather_s
 from primus_ext.compute.extra_ops import embedding_ops, mtp_glue_ops, output_ops
 from primus_ext.compute.layer_ops import attention_ops, mlp_block_ops
 from primus_ext.compute.ops import OpCost, Shapes, sum_ops
-from primus_ext.compute.optimizer import optimizer_step_s
+from primus_ext.project.optimizer import optimizer_step_s
 from primus_ext.compute.rank_params import embedding_params_on_rank, \
     layer_params_on_rank, mtp_params_on_rank, output_params_on_rank
-from primus_ext.project.costs import LayerCost, LayerCosts
+from primus_ext.compute.costs import LayerCost, LayerCosts
 from primus_ext.spec.run import RunSpec
 
 # Helpers of the step composer, re-exported here: one import for the simulate backend.

@@ -73,10 +73,10 @@ def use_transformer_engine() -> bool:
 
 def transformer_config(spec: RunSpec):
     """megatron-core TransformerConfig for a run: the memory probe's config (Megatron-LM's
-    fusion flags, MLA, MTP; ``memory_probe.transformer_config``, shared so that measured
+    fusion flags, MLA, MTP; ``model.transformer_config``, shared with the memory probe so that measured
     activations are the ones the memory model is checked against) with the training
     settings a real run needs on top."""
-    from primus_ext.measure.memory_probe import transformer_config as probe_config
+    from primus_ext.frameworks.megatron.model import transformer_config as probe_config
 
     m, p, t = spec.model, spec.parallel, spec.train
     if m.window_size is not None:
@@ -139,7 +139,7 @@ def _groups() -> dict[str, object]:
 
 def init_model_parallel(spec: RunSpec, seed: int = 1234) -> dict[str, object]:
     # The same group setup the memory probes use (one place for initialize_model_parallel).
-    from primus_ext.measure.memory_probe import setup_parallel
+    from primus_ext.frameworks.megatron.model import setup_parallel
 
     world = dist.get_world_size()
     if world != spec.world_size:

@@ -12,7 +12,7 @@ import yaml
 
 from primus_ext.spec.hardware import HardwareSpec
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "hydra_conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "hydra_conf"
 
 
 def _conf_dir() -> Path:

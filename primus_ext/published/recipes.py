@@ -1,6 +1,6 @@
 """What a published run's source documents about its recipe beyond the CSV columns.
 
-The reader (``published.py``) fills a row's gaps with these rules before it builds the
+The reader (``published/reader.py``) fills a row's gaps with these rules before it builds the
 RunSpec. Each rule is a documented fact about the software recipe a *source* used
 (a framework's performance recipes, a paper's stated schedule, a benchmark's default
 configuration), never a fitted number and never keyed to a single row; every rule that

@@ -12,7 +12,7 @@ from functools import partial
 
 import torch
 
-from primus_ext.measure.build import Built
+from primus_ext.frameworks.megatron.build import Built
 
 
 class MockData:

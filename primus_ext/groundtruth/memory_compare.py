@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from primus_ext.measure.memory_runner import Case
-from primus_ext.memory.act_layer import Dims
+from primus_ext.groundtruth.memory_runner import Case
+from primus_ext.memory.cpu_delta import norm_cpu_delta
 from primus_ext.memory.activations import chunk_activations, embedding_items, head_items, \
     layer_items, mtp_items
 from primus_ext.memory.inflight import inflight_1f1b, inflight_interleaved
@@ -74,20 +74,6 @@ def rank_coords(spec: RunSpec, rank: int) -> dict[str, int]:
     edp_r = inner // (etp * p.ep)
     return {"tp": tp_r, "cp": cp_r, "dp": dp_r, "pp": pp_r, "ep": ep_r, "edp": edp_r,
             "dp_cp": dp_r * p.cp + cp_r}
-
-
-def norm_cpu_delta(spec: RunSpec, items: dict[str, int]) -> int:
-    """CPU-minus-GPU bytes of the norms among ``items`` (see the module docstring)."""
-    e = Dims.of(spec.parallel, spec.train).e
-    rms = spec.model.normalization == "RMSNorm"
-    delta = 0
-    for key, stats in items.items():
-        if not key.endswith(".stats") or key.startswith(("q_layernorm.", "k_layernorm.")):
-            continue
-        rows = stats // (4 if rms else 8)
-        width = items.get(key[:-len(".stats")] + ".input", 0) // (rows * e) if rows else 0
-        delta += (8 - e) * rows * width if rms else (2 * e - 8) * rows
-    return delta
 
 
 def _layer_dict(spec: RunSpec, layer: int, options: MemoryOptions) -> dict[str, int]:

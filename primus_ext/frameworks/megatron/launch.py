@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-from primus_ext.measure.megatron_args import ignored_warning, parse_launch_args
+from primus_ext.frameworks.megatron.args import ignored_warning, parse_launch_args
 
 
 def _rank() -> int:
@@ -33,7 +33,7 @@ def _say(*args) -> None:
 
 def _run_spec(target, world: int, local: int, hw: str):
     """The run on the launched processes: the target's model and layout, this cluster."""
-    from primus_ext.measure.overrides import apply_overrides
+    from primus_ext.presets.overrides import apply_overrides
     nodes = max(world // max(local, 1), 1)
     return apply_overrides(target, [f"cluster.hardware={hw}", f"cluster.num_nodes={nodes}",
                                     f"cluster.gpus_per_node={world // nodes}"])
@@ -42,9 +42,9 @@ def _run_spec(target, world: int, local: int, hw: str):
 def train(la) -> dict:
     import torch.distributed as dist
 
-    from primus_ext.measure.build import build, init_distributed
-    from primus_ext.measure.runner import local_hardware
-    from primus_ext.measure.step import data_iterators, train_step
+    from primus_ext.frameworks.megatron.build import build, init_distributed
+    from primus_ext.frameworks.megatron.runner import local_hardware
+    from primus_ext.frameworks.megatron.step import data_iterators, train_step
     rank, world = init_distributed()
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     spec = _run_spec(la.spec, world, local, local_hardware())
@@ -103,7 +103,7 @@ def _loss_everywhere(loss: float) -> float:
 def project_only(la, argv: list[str]) -> dict:
     from primus_ext.measure.checks import activation_check, collective_check, flops_check, \
         format_rows, p2p_check
-    from primus_ext.measure.runner import MeasureOptions, measure
+    from primus_ext.frameworks.megatron.runner import MeasureOptions, measure
     from primus_ext.project.from_profile import project_from_profile, same_hardware
     opts = MeasureOptions(warmup=la.measure_warmup, repeats=la.measure_repeats,
                           num_microbatches=la.num_microbatches,
@@ -150,8 +150,8 @@ def project_only(la, argv: list[str]) -> dict:
 def _write_recipe(la, profile_path: str) -> None:
     from pathlib import Path
 
-    from primus_ext.emit.megatron_flags import torchrun_script
-    from primus_ext.measure.overrides import spec_overrides
+    from primus_ext.frameworks.megatron.flags import torchrun_script
+    from primus_ext.presets.overrides import spec_overrides
     from primus_ext.util.files import atomic_write_text
     out = Path(la.recipe_out)
     ovs = spec_overrides(la.spec) + ["backend=profile", f"profile={profile_path}"]
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"pretrain_gpt.py: error: {exc}", file=sys.stderr)
         return 2
-    from primus_ext.measure.build import prepare_runtime
+    from primus_ext.frameworks.megatron.build import prepare_runtime
     prepare_runtime()  # the collective tracer goes in before megatron.core is imported
     warn = ignored_warning(la.ignored)
     if warn and _rank() == 0:

@@ -8,7 +8,7 @@ comes from ``--target-nodes`` / ``--target-gpus-per-node`` / ``--target-hardware
 (else $NNODES and $GPUS_PER_NODE, else the cluster torchrun launched: $WORLD_SIZE /
 $LOCAL_WORLD_SIZE, else one node of the preset, or as many as the model-parallel size
 needs). It reads back what
-``primus_ext.emit.megatron_flags.megatron_argv`` writes (the NullTokenizer's
+``primus_ext.frameworks.megatron.flags.megatron_argv`` writes (the NullTokenizer's
 ``--vocab-size`` is the vocabulary minus its EOD token). Every other flag (data paths,
 checkpointing, logging, learning rate, ...) is accepted and ignored; the caller prints
 them as one warning line (``LaunchArgs.ignored``).

@@ -43,10 +43,10 @@ def _train(overrides_path: str) -> None:
     """Train the downscaled model on synthetic data until terminated."""
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))))
-    from primus_ext.measure.build import build, init_distributed, prepare_runtime
+    from primus_ext.frameworks.megatron.build import build, init_distributed, prepare_runtime
     prepare_runtime(1)
-    from primus_ext.measure.overrides import spec_from_overrides
-    from primus_ext.measure.step import data_iterators, train_step
+    from primus_ext.presets.overrides import spec_from_overrides
+    from primus_ext.frameworks.megatron.step import data_iterators, train_step
     with open(overrides_path) as f:
         spec = spec_from_overrides(json.load(f))
     init_distributed()
@@ -94,7 +94,7 @@ def busy_neighbours(num: int, shapes: dict, spec=None):
     env["OMP_NUM_THREADS"] = "1"
     tmp = None
     if spec is not None and spec.world_size == 1:
-        from primus_ext.measure.overrides import spec_overrides
+        from primus_ext.presets.overrides import spec_overrides
         tmp = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
         json.dump(spec_overrides(spec), tmp)
         tmp.close()
@@ -103,7 +103,7 @@ def busy_neighbours(num: int, shapes: dict, spec=None):
         args = [str(int(shapes.get("tokens", 1024))), str(int(shapes.get("hidden_size", 1024))),
                 str(int(shapes.get("ffn", 4096))), str(int(shapes.get("heads", 8))),
                 str(min(int(shapes.get("seq_length", 1024)), 2048))]
-    procs = [subprocess.Popen([sys.executable, "-m", "primus_ext.measure.contention"] + args,
+    procs = [subprocess.Popen([sys.executable, "-m", "primus_ext.frameworks.megatron.contention"] + args,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                               env=env)
              for _ in range(num)]

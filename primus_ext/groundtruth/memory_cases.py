@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from primus_ext.measure.memory_runner import Case
+from primus_ext.groundtruth.memory_runner import Case
 from primus_ext.spec import ClusterSpec, HardwareSpec, ModelSpec, ParallelSpec, RunSpec, \
     TrainSpec
 

@@ -12,6 +12,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 
+from primus_ext.spec import RunSpec, padded_vocab
 from primus_ext.util.files import atomic_write_text
 
 SCHEMA_VERSION = 1
@@ -175,3 +176,25 @@ class Profile:
     @property
     def hardware(self) -> str:
         return self.device.get("hardware", "")
+
+
+def rank_shapes(spec: RunSpec) -> dict:
+    """What one rank computes per microbatch: the shapes that decide its kernel times."""
+    m, p, t = spec.model, spec.parallel, spec.train
+    tokens = t.micro_batch_size * t.seq_length // p.cp
+    out = {
+        "micro_batch_size": t.micro_batch_size, "seq_length": t.seq_length,
+        "tokens": tokens, "sp_tokens": tokens // p.tp if p.sequence_parallel else tokens,
+        "hidden_size": m.hidden_size, "heads": m.num_attention_heads // p.tp,
+        "query_groups": max(m.num_groups // p.tp, 1), "head_dim": m.head_dim,
+        "ffn": m.dense_ffn_size // p.tp,
+        "vocab": padded_vocab(m.vocab_size, m.make_vocab_size_divisible_by, p.tp) // p.tp,
+        "cp": p.cp, "precision": t.precision, "activation": m.activation,
+        "normalization": m.normalization, "attention_backend": t.attention_backend,
+    }
+    if m.is_moe:
+        out.update(experts=m.num_moe_experts // p.ep,
+                   expert_ffn=m.expert_ffn_size // p.expert_tp,
+                   topk=m.moe_router_topk,
+                   shared_ffn=(m.moe_shared_expert_intermediate_size or 0) // p.tp)
+    return out

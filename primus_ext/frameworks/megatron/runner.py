@@ -19,13 +19,13 @@ import torch.distributed as dist
 
 from primus_ext.measure.aggregate import _collectives, _gather_collectives, _gather_max, \
     _mean_over_ranks, _part_comm, _timings
-from primus_ext.measure.build import build, init_distributed, prepare_runtime, teardown
-from primus_ext.measure.downscale import Downscaled, downscale, rank_shapes
+from primus_ext.frameworks.megatron.build import build, init_distributed, prepare_runtime, teardown
+from primus_ext.measure.downscale import Downscaled, downscale
 from primus_ext.measure.hooks import LayerTimer, _median
-from primus_ext.measure.overrides import apply_overrides, spec_overrides
-from primus_ext.measure.probes import _activation_bytes, _contention, _pipeline_probe, \
+from primus_ext.presets.overrides import apply_overrides, spec_overrides
+from primus_ext.frameworks.megatron.probes import _activation_bytes, _contention, _pipeline_probe, \
     _run_steps, _synced_records
-from primus_ext.measure.profile import KindTiming, Profile
+from primus_ext.project.profile import KindTiming, Profile, rank_shapes
 from primus_ext.measure.routing import RoutingRecorder
 from primus_ext.spec import RunSpec
 
@@ -96,7 +96,7 @@ def _no_recompute(spec: RunSpec) -> RunSpec:
 def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile:
     """Run the downscaled measurement of ``target`` on the launched processes."""
     from primus_ext.measure.microbench import run_microbenchmarks
-    from primus_ext.measure.step import data_iterators
+    from primus_ext.frameworks.megatron.step import data_iterators
 
     patches = prepare_runtime()
     rank, world = init_distributed()

@@ -10,18 +10,18 @@ import torch
 import torch.distributed as dist
 
 from primus_ext.measure.aggregate import _kind_of, _median
-from primus_ext.measure.build import Built, build, teardown
-from primus_ext.measure.downscale import rank_shapes
+from primus_ext.frameworks.megatron.build import Built, build, teardown
+from primus_ext.project.profile import rank_shapes
 from primus_ext.measure.hooks import LayerTimer
-from primus_ext.measure.overrides import apply_overrides
-from primus_ext.measure.profile import CollectiveSeen
+from primus_ext.presets.overrides import apply_overrides
+from primus_ext.project.profile import CollectiveSeen
 from primus_ext.spec import RunSpec
 
 
 def _run_steps(built: Built, timer: LayerTimer, iters, m: int, warmup: int, repeats: int,
                trace: bool = True) -> tuple[list[dict], list]:
     """Warm-up then timed steps with the hooks on; (step results, traced records)."""
-    from primus_ext.measure.step import train_step
+    from primus_ext.frameworks.megatron.step import train_step
     from primus_ext.measure.tracer import get_tracer
     tracer = get_tracer()
     tracer.scope_fn = timer.scope
@@ -65,7 +65,7 @@ def _pipeline_probe(target: RunSpec, spec: RunSpec, world: int, warm: bool = Tru
                     ) -> list[CollectiveSeen]:
     """When the target pipelines and two stages fit the launched processes: one step of
     a two-stage pipeline of the measured layers, to capture the p2p sends."""
-    from primus_ext.measure.step import data_iterators
+    from primus_ext.frameworks.megatron.step import data_iterators
     from primus_ext.measure.tracer import get_tracer
     p = spec.parallel
     inner = p.tp * p.cp
@@ -106,7 +106,7 @@ def _activation_bytes(built: Built, spec: RunSpec) -> tuple[dict[str, int], dict
     from torch.utils.flop_counter import FlopCounterMode
 
     from primus_ext.measure.saved_tensors import SavedTensorCounter, gpt_scopes
-    from primus_ext.measure.step import data_iterators, forward_step
+    from primus_ext.frameworks.megatron.step import data_iterators, forward_step
     bare = built.bare()
     params = [p for c in built.model for p in c.parameters()]
     counter = SavedTensorCounter(scopes=gpt_scopes(bare), params=params)
@@ -177,7 +177,7 @@ def _contention(built: Built, timer: LayerTimer, iters, m: int, opts,
     free = (os.cpu_count() or 1) - dist.get_world_size()
     if torch.cuda.is_available() or not opts.contention or free <= 0:
         return {}
-    from primus_ext.measure.contention import busy_neighbours
+    from primus_ext.frameworks.megatron.contention import busy_neighbours
 
     busy: dict[str, list[float]] = defaultdict(list)
     base: dict[str, list[float]] = defaultdict(list)

@@ -28,15 +28,15 @@ from pathlib import Path
 from typing import Mapping
 
 from primus_ext.presets import hardware_preset, list_presets, model_preset
-from primus_ext.published_cells import RowError, _Row
-from primus_ext.published_gaps import (  # noqa: F401 (re-exported)
+from primus_ext.published.cells import RowError, _Row
+from primus_ext.published.gaps import (  # noqa: F401
     DEFAULT_MICROBATCHES_PER_STAGE, derive_gbs, layout_from_notes, recompute_if_needed)
-from primus_ext.published_names import (  # noqa: F401 (MODEL_ALIASES re-exported)
+from primus_ext.published.names import (  # noqa: F401
     MODEL_ALIASES, hardware_preset_name, match_model_preset, normalize_model_name)
-from primus_ext.published_recipes import Recipe, RowFacts, recipe_for
+from primus_ext.published.recipes import Recipe, RowFacts, recipe_for
 from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec
 
-DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "validation" / "published_runs.csv"
+DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "validation" / "published_runs.csv"
 
 
 # Megatron-LM's GPT defaults (arguments.py): 4*hidden FFN, MHA, GeLU, LayerNorm, biases,

@@ -1,0 +1,1 @@
+"""TorchTitan: its flags, the measurement of a real Trainer run and its launch entry."""
