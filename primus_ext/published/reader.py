@@ -319,8 +319,8 @@ def _train(r: _Row, par: ParallelSpec, world: int, measured: Measured,
     elif precision not in ("bf16", "fp8", "fp32"):
         raise r.fail("precision", f"{precision!r} is not one of bf16, fp8, fp16, fp32")
     if precision == "fp8":
-        notes.append("fp8_recipe=tensorwise assumed (recipe in the row's notes, if any, "
-                     "is not parsed)")
+        notes.append("fp8_recipe=tensorwise (not stated; Megatron-Bridge perf_recipes/"
+                     "_common.py _perf_precision('fp8_cs'): FP8 current scaling)")
     recompute = r.text("recompute").lower()
     kwargs: dict = {}
     if recompute == "full":

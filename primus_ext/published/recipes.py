@@ -56,6 +56,16 @@ Sources and what they document (citations are the public files read):
   save matmul and attention outputs except every second matmul) is modelled as the
   projector's selective recompute of core attention; the extra recompute of every second
   matmul (about 1/6 more GEMM work) is not.
+- **Megatron runs that leave a setting unstated** (Megatron-LM's README tables, AMD
+  Primus, and the NVIDIA tables for what their own rules above do not set): the current
+  Megatron-Bridge performance recipes' values, not Megatron-LM's flag defaults
+  (``_current_recipe_gaps``; github.com/NVIDIA-NeMo/Megatron-Bridge @067f987
+  ``src/megatron/bridge/perf_recipes/_common.py`` ``_benchmark_common``:
+  ``ddp.grad_reduce_in_fp32 = False``; per-model files such as
+  ``perf_recipes/llama/h100/llama3.py``: ``tp_comm_overlap_cfg = userbuffers_*`` whenever
+  TP > 1; ``_perf_precision("fp8_cs")``: FP8 current (tensorwise) scaling). Sources with
+  their own documented stack (the Llama 3 paper, torchtitan, llm-foundry) state these
+  themselves and are not filled from Megatron recipes.
 - **llm-foundry MPT benchmarks** (``scripts/train/benchmarking``): ``attn_impl: flash``
   is the flash-attn 2 package (FA2); the benchmark tables run FSDP with mixed precision
   ``DEFAULT`` (gradients reduced in FP32) unless the row says ``PURE`` (BF16 reduce).
@@ -104,15 +114,37 @@ class RowFacts:
 
 def recipe_for(f: RowFacts) -> Recipe:
     rec = Recipe()
-    if f.source.startswith(NVIDIA_PERF_SOURCES):
-        _nvidia_perf(f, rec)
-    elif f.source.startswith("Llama3-paper"):
+    if f.source.startswith("Llama3-paper"):
         _llama3_paper(f, rec)
     elif f.source.startswith("torchtitan"):
         _torchtitan(f, rec)
     elif f.source.startswith("llm-foundry"):
         _llm_foundry(f, rec)
+    else:  # Megatron-family runs: the source's rules, then the current recipes' gaps
+        if f.source.startswith(NVIDIA_PERF_SOURCES):
+            _nvidia_perf(f, rec)
+        _current_recipe_gaps(f, rec)
     return rec
+
+
+# Megatron-Bridge performance recipes (github.com/NVIDIA-NeMo/Megatron-Bridge @067f987,
+# src/megatron/bridge/perf_recipes/_common.py ``_benchmark_common`` and ``_perf_precision``;
+# per-model files such as perf_recipes/llama/h100/llama3.py): gradients reduced in BF16
+# (``ddp.grad_reduce_in_fp32 = False``), TP communication overlap with userbuffers
+# whenever TP > 1 (``comm_overlap.tp_comm_overlap_cfg = userbuffers_*``).
+BRIDGE = "Megatron-Bridge perf_recipes/_common.py _benchmark_common"
+
+
+def _current_recipe_gaps(f: RowFacts, rec: Recipe) -> None:
+    """Settings a row and its source leave unstated take the values of the current
+    performance recipes, not Megatron-LM's flag defaults."""
+    if "grad_reduce_in_fp32" not in rec.parallel:
+        rec.set("parallel", "grad_reduce_in_fp32", False,
+                f"not stated; {BRIDGE}: ddp.grad_reduce_in_fp32 = False")
+    if f.tp > 1 and "tp_comm_overlap" not in rec.parallel:
+        rec.set("parallel", "tp_comm_overlap", True,
+                "not stated; Megatron-Bridge perf_recipes/llama/h100/llama3.py: "
+                "comm_overlap.tp_comm_overlap_cfg = userbuffers_* when TP > 1")
 
 
 def _nvidia_perf(f: RowFacts, rec: Recipe) -> None:
@@ -163,6 +195,8 @@ def _dsv3_bridge(f: RowFacts, rec: Recipe) -> None:
 
 
 def _llama3_paper(f: RowFacts, rec: Recipe) -> None:
+    rec.set("parallel", "grad_reduce_in_fp32", True, "Llama 3 paper Sec. 3.3.2: gradients "
+            "reduce-scattered in FP32")
     if not f.recompute_stated and f.seq // f.cp <= 8192:
         rec.sets_recompute = True
         rec.notes.append("recompute: none (Llama 3 paper Sec. 3.3.2: with these memory "
@@ -188,6 +222,8 @@ _LOCAL_BATCH = re.compile(r"local batch (?:size )?(\d+)", re.I)
 
 def _torchtitan(f: RowFacts, rec: Recipe) -> None:
     src = "torchtitan"
+    rec.set("parallel", "grad_reduce_in_fp32", True, f"{src}: FSDP2 mixed precision "
+            "reduce dtype float32 (config_manager.py Training.mixed_precision_reduce)")
     rec.set("train", "flash_attn_impl", "fa2",
             f"{src}: F.scaled_dot_product_attention flash backend (FlashAttention-2)")
     if not re.search(r"torch\.compile", f.notes, re.I):
@@ -214,6 +250,7 @@ def _torchtitan(f: RowFacts, rec: Recipe) -> None:
 def _llm_foundry(f: RowFacts, rec: Recipe) -> None:
     src = "llm-foundry"
     rec.set("train", "flash_attn_impl", "fa2", f"{src}: attn_impl flash = flash-attn 2")
-    if re.search(r"\bpure\b", f.notes, re.I):
-        rec.set("parallel", "grad_reduce_in_fp32", False,
-                f"{src}: FSDP mixed_precision PURE (gradients reduced in BF16)")
+    pure = bool(re.search(r"\bpure\b", f.notes, re.I))
+    rec.set("parallel", "grad_reduce_in_fp32", not pure,
+            f"{src}: FSDP mixed_precision " + ("PURE (gradients reduced in BF16)" if pure
+                                               else "DEFAULT (gradients reduced in FP32)"))

@@ -1,0 +1,45 @@
+"""What a Megatron row leaves unstated takes the current performance recipes' values
+(Megatron-Bridge perf_recipes), not Megatron-LM's flag defaults; sources with their own
+documented stack keep theirs. Each filled value is named in the row's notes."""
+from __future__ import annotations
+
+import pytest
+
+from primus_ext.published import read_runs
+
+
+@pytest.fixture(scope="module")
+def by_id():
+    return {r.run_id: r for r in read_runs()}
+
+
+def test_megatron_rows_reduce_gradients_in_bf16_as_the_recipes_do(by_id):
+    # Megatron-LM README (unstated; Megatron-LM's flag default would be FP32) and AMD
+    # Primus rows: Megatron-Bridge _benchmark_common sets ddp.grad_reduce_in_fp32=False.
+    for run_id in ("P046", "P049", "P093"):
+        run = by_id[run_id]
+        assert run.spec.parallel.grad_reduce_in_fp32 is False
+        assert any("grad_reduce_in_fp32=False" in n and "perf_recipes/_common.py" in n
+                   for n in run.notes), run.notes
+
+
+def test_megatron_rows_with_tp_overlap_tp_comm_as_the_recipes_do(by_id):
+    run = by_id["P049"]  # TP8, Megatron-LM README
+    assert run.spec.parallel.tp > 1 and run.spec.parallel.tp_comm_overlap
+
+
+def test_sources_with_their_own_stack_keep_their_documented_settings(by_id):
+    # Llama 3 paper Sec. 3.3.2: FP32 reduce-scatter; torchtitan FSDP2 reduce dtype fp32;
+    # llm-foundry FSDP mixed precision DEFAULT (FP32) unless PURE.
+    for run_id in ("P090", "P057", "P075"):
+        assert by_id[run_id].spec.parallel.grad_reduce_in_fp32 is True, run_id
+    assert not by_id["P090"].spec.parallel.tp_comm_overlap  # not a Megatron userbuffers run
+    pure = [r for r in by_id.values() if r.source.startswith("llm-foundry")
+            and "pure" in r.row["notes"].lower()]
+    assert pure and all(r.spec.parallel.grad_reduce_in_fp32 is False for r in pure)
+
+
+def test_unstated_fp8_recipe_is_current_scaling(by_id):
+    run = by_id["P029"]
+    assert run.spec.train.fp8_recipe == "tensorwise"
+    assert any("fp8_cs" in n for n in run.notes)
