@@ -7,6 +7,9 @@ For ``C[M,N] = A[M,K] @ B[K,N]`` (``batch`` independent problems of that shape):
 - ``F_pad = 2 * ceil(M/tile)*tile * ceil(N/tile)*tile * K``: output tiles are computed
   whole, so a GEMM with few rows (a per-expert GEMM with 100 tokens) pays for a full
   tile (tile quantisation). ``tile`` is ``hardware.gemm_tile``.
+- Wave quantisation (``wave_time_s``): once the output tiles outnumber the SMs, the
+  compute time is whole waves of ``sm_count`` tiles (``hardware.sm_count``,
+  ``gemm_tile_n``).
 - ``eff`` is the asymptotic efficiency of the dtype (``gemm_efficiency`` or
   ``fp8_gemm_efficiency``), times ``grouped_gemm_efficiency`` for grouped (MoE) kernels,
   times ``gemm_misaligned_efficiency`` when a weight dimension is not a multiple of 64
@@ -16,6 +19,10 @@ For ``C[M,N] = A[M,K] @ B[K,N]`` (``batch`` independent problems of that shape):
   epilogue dominates: this reproduces DeepGEMM's measured K=512 penalty (about 45%)
   and its K=1536..16384 points within 6% (achievable-performance.md 1.4) with one
   asymptotic efficiency, and the memory-bound regime of M=64/128-row GEMMs.
+- ``in_step``: the GEMM runs inside a training step (every layer op does): the rate is
+  further multiplied by ``gemm_in_step_ratio`` (sustained clocks, TE layouts and
+  epilogues; 0.84 from SimuMax's in-TE B200 fit against MAMF, achievable-performance.md
+  1.3). Standalone calls (microbenchmark comparisons) leave it out.
 - ``W = hbm_gbps * hbm_efficiency``; ``t_fill = gemm_fill_s`` (pipeline fill and drain,
   about 5 us with the launch on B200 cuBLASLt, 1.2) and ``t_launch = kernel_overhead_s``,
   both per kernel (a grouped GEMM in Transformer Engine issues one GEMM per group).
@@ -54,7 +61,7 @@ def asymptotic_efficiency(hw: HardwareSpec, dtype: str) -> float:
 
 def gemm_time_s(hw: HardwareSpec, m: float, n: float, k: float, *, dtype: str = "bf16",
                 out_bytes: float = 2.0, batch: int = 1, grouped: bool = False,
-                aligned: bool = True) -> float:
+                aligned: bool = True, in_step: bool = False) -> float:
     """Seconds for ``batch`` GEMMs of shape M x N x K (one kernel, or one per group when
     ``grouped``). ``m`` may be fractional (expected rows per expert)."""
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
@@ -67,14 +74,34 @@ def gemm_time_s(hw: HardwareSpec, m: float, n: float, k: float, *, dtype: str = 
         rate *= hw.grouped_gemm_efficiency
     if not aligned:
         rate *= hw.gemm_misaligned_efficiency
+    if in_step:  # inside a training step (the layer ops), not a standalone benchmark
+        rate *= hw.gemm_in_step_ratio
     in_bytes = INPUT_BYTES.get(dtype, 2)
     bw = hw.hbm_gbps * 1e9 * hw.hbm_efficiency
     t_compute = 2.0 * m_pad * n_pad * k * batch / rate
+    if hw.sm_count:
+        t_compute = max(t_compute, wave_time_s(hw, m, n, k, batch, rate))
     t_stream = (m * k + k * n) * in_bytes * batch / bw
     t_epilogue = m * n * out_bytes * batch / bw
     kernels = batch if grouped else 1
     return (max(t_compute, t_stream) + t_epilogue
             + kernels * (hw.gemm_fill_s + hw.kernel_overhead_s))
+
+
+def wave_time_s(hw: HardwareSpec, m: float, n: float, k: float, batch: int,
+                rate: float) -> float:
+    """Compute time in whole waves (achievable-performance.md 8, f_wave): an output tile
+    of ``gemm_tile x gemm_tile_n`` (128 x 256 on Hopper / Blackwell, 256 x 256 on
+    MI300-class) runs on one SM at ``rate / sm_count``; a GEMM with more tiles than SMs
+    takes ``ceil(tiles / sm_count)`` tile times, so one tile over a full wave costs a
+    second wave. With fewer tiles than SMs the libraries split K over the idle SMs
+    (DeepGEMM's 64- and 128-row GEMMs reach the memory bound, 1.4): no wave loss."""
+    tm, tn = hw.gemm_tile, hw.gemm_tile_n
+    tiles = ceil(m / tm) * ceil(n / tn) * batch
+    if tiles <= hw.sm_count:
+        return 0.0
+    waves = ceil(tiles / hw.sm_count)
+    return 2.0 * waves * hw.sm_count * tm * tn * k / rate
 
 
 def gemm_flops(m: float, n: float, k: float, batch: int = 1) -> float:

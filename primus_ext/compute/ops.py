@@ -77,7 +77,7 @@ def linear(sh: Shapes, name: str, module: str, tokens: float, d_in: int, d_out: 
     dtype = dtype or sh.gemm_dtype
     grouped = groups > 1
     aligned = is_aligned(d_in, d_out)
-    kw = dict(dtype=dtype, batch=groups, grouped=grouped, aligned=aligned)
+    kw = dict(dtype=dtype, batch=groups, grouped=grouped, aligned=aligned, in_step=True)
     t_f = gemm_time_s(hw, tokens, d_out, d_in, **kw)
     t_d = gemm_time_s(hw, tokens, d_in, d_out, **kw)
     t_w = gemm_time_s(hw, d_in, d_out, tokens, out_bytes=8, **kw)

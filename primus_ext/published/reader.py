@@ -189,6 +189,7 @@ def _recipe(r: _Row, model: ModelSpec, preset: str | None, world: int) -> Recipe
                      is_moe=model.is_moe, tp=tp, pp=pp, cp=cp,
                      dp=max(world // (tp * pp * cp), 1), vpp=r.int_("vp") or 1,
                      vp_stated=bool(r.text("vp")), mbs_stated=bool(r.text("mbs")),
+                     mbs=r.int_("mbs"), ep=r.int_("ep") or 1,
                      gbs=r.int_("gbs"), seq=r.int_("seq_len") or 0,
                      recompute_stated=bool(r.text("recompute")))
     return recipe_for(facts)

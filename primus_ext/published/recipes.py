@@ -56,6 +56,10 @@ Sources and what they document (citations are the public files read):
   save matmul and attention outputs except every second matmul) is modelled as the
   projector's selective recompute of core attention; the extra recompute of every second
   matmul (about 1/6 more GEMM work) is not.
+- **AMD Primus** (``PRIMUS_CONFIGS``): the recompute setting of the Primus example
+  config a row reproduces (same GPU, model, layout and micro batch; Primus at the commit
+  the rows cite). The MI355X Mixtral 8x22B config sets ``recompute_method: block`` with
+  ``recompute_num_layers: 0``: no layer is recomputed.
 - **Megatron runs that leave a setting unstated** (Megatron-LM's README tables, AMD
   Primus, and the NVIDIA tables for what their own rules above do not set): the current
   Megatron-Bridge performance recipes' values, not Megatron-LM's flag defaults
@@ -107,6 +111,8 @@ class RowFacts:
     vpp: int
     vp_stated: bool  # the row's vp column is filled
     mbs_stated: bool
+    mbs: int | None
+    ep: int
     gbs: int | None
     seq: int
     recompute_stated: bool
@@ -123,6 +129,8 @@ def recipe_for(f: RowFacts) -> Recipe:
     else:  # Megatron-family runs: the source's rules, then the current recipes' gaps
         if f.source.startswith(NVIDIA_PERF_SOURCES):
             _nvidia_perf(f, rec)
+        elif f.source.startswith("AMD-Primus"):
+            _amd_primus(f, rec)
         _current_recipe_gaps(f, rec)
     return rec
 
@@ -192,6 +200,39 @@ def _dsv3_bridge(f: RowFacts, rec: Recipe) -> None:
         vp = f.vpp
         rec.set("parallel", "pipeline_layout", layout, f"{src}: pipeline layout for "
                 f"pp={pp}, vp={vp} (MTP and loss on the last virtual stage)")
+
+
+# AMD Primus example configs (github.com/AMD-AGI/Primus @fd1eeabb, the commit the rows
+# cite): (gpu, model preset) -> (file, recompute_num_layers under recompute_method=block,
+# and the tp, pp, ep, micro_batch_size the file sets). A row takes the file's recompute
+# only when its stated layout and micro batch are the file's (the same recipe).
+PRIMUS_CONFIGS = {
+    ("MI355X", "mixtral_8x22b"): (
+        "examples/megatron/configs/MI355X/mixtral_8x22B_v0.1-BF16-pretrain.yaml", 0,
+        (1, 4, 8, 2)),
+    ("MI325X", "llama3.1_70b"): (
+        "examples/megatron/configs/MI325X/llama3.1_70B-BF16-pretrain.yaml", 72,
+        (1, 1, 1, 3)),
+}
+
+
+def _amd_primus(f: RowFacts, rec: Recipe) -> None:
+    found = PRIMUS_CONFIGS.get((f.gpu.upper(), f.model_preset or ""))
+    if found is None or f.recompute_stated:
+        return
+    path, layers, (tp, pp, ep, mbs) = found
+    if (f.tp, f.pp, f.ep, f.mbs) != (tp, pp, ep, mbs):
+        return
+    rec.sets_recompute = True
+    src = f"AMD Primus {path}"
+    if layers == 0:
+        rec.notes.append(f"recompute: none ({src}: recompute_granularity full, "
+                         "recompute_method block, recompute_num_layers 0: no layer "
+                         "recomputed)")
+        return
+    rec.set("train", "recompute_granularity", "full", src)
+    rec.set("train", "recompute_method", "block", src)
+    rec.set("train", "recompute_num_layers", layers, src)
 
 
 def _llama3_paper(f: RowFacts, rec: Recipe) -> None:

@@ -41,7 +41,18 @@ class HardwareSpec:
     fp8_gemm_efficiency: float = 0.70  # asymptotic FP8 GEMM fraction of the FP8 peak
     grouped_gemm_efficiency: float = 0.70  # grouped (MoE) kernel rate / dense kernel rate
     gemm_misaligned_efficiency: float = 0.70  # rate factor when a weight dim % 64 != 0
+    # GEMM rate inside a training step over the standalone benchmark rate of the same
+    # shape (sustained clocks under a whole step's power draw, Transformer Engine's layouts
+    # and epilogues, FP32 wgrad accumulation): achievable-performance.md 1.3, SimuMax's
+    # in-TE fit on 8x B200 reaches 0.655 of peak at its best dense shape against 0.776
+    # standalone at the best shape (MAMF, 1.1): 0.84. The presets' gemm_efficiency
+    # priors are standalone figures (MAMF, cuBLASLt sweeps); the layer ops apply this.
+    gemm_in_step_ratio: float = 0.84
     gemm_tile: int = 128  # output tile edge: M and N are padded up to multiples of it
+    # Wave quantisation (compute/gemm.py wave_time_s): an output tile of gemm_tile x
+    # gemm_tile_n runs on one of sm_count SMs / CUs; 0 leaves waves out (the cpu preset).
+    gemm_tile_n: int = 256
+    sm_count: int = 0
     gemm_fill_s: float = 2.5e-6  # per-GEMM pipeline fill/drain on top of kernel_overhead_s
     # Attention: eff = attention_efficiency * d/(d+d_half) * k/(k+k_half) * n/(n+n_half).
     attention_efficiency: float = 0.55  # flash-attention forward asymptote (bf16 peak)
@@ -85,7 +96,7 @@ class HardwareSpec:
         positive(_OWNER, "gpus_per_node", self.gpus_per_node)
         positive(_OWNER, "scale_up_domain_gpus", self.scale_up_domain_gpus)
         for f in ("gemm_efficiency", "fp8_gemm_efficiency", "grouped_gemm_efficiency",
-                  "gemm_misaligned_efficiency", "attention_efficiency",
+                  "gemm_misaligned_efficiency", "gemm_in_step_ratio", "attention_efficiency",
                   "attention_bwd_efficiency", "hbm_efficiency", "gather_hbm_efficiency",
                   "scale_up_efficiency", "scale_up_a2a_efficiency", "scale_out_efficiency",
                   "ll_bandwidth_fraction", "flash2_attention_ratio"):
@@ -93,6 +104,8 @@ class HardwareSpec:
             if not 0 < v <= 1:
                 raise ValueError(f"hardware.{f}={v} must be in (0, 1]")
         positive(_OWNER, "gemm_tile", self.gemm_tile)
+        positive(_OWNER, "gemm_tile_n", self.gemm_tile_n)
+        non_negative(_OWNER, "sm_count", self.sm_count)
         for f in ("attention_half_head_dim", "attention_half_keys", "attention_half_tiles",
                   "scale_up_half_bytes", "scale_out_half_bytes"):
             v = getattr(self, f)

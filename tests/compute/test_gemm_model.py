@@ -93,3 +93,31 @@ def test_fp8_faster_than_bf16_on_large_gemms():
     hw = hardware_preset("h100")
     assert gemm_time_s(hw, 8192, 8192, 8192, dtype="fp8") < \
         0.7 * gemm_time_s(hw, 8192, 8192, 8192, dtype="bf16")
+
+
+def test_in_step_gemms_land_in_simumax_in_te_range():
+    """Inside a training step a GEMM runs at gemm_in_step_ratio of its standalone rate:
+    on B200 the layer GEMMs of Transformer Engine shapes land inside SimuMax's in-TE fit
+    (achievable-performance.md 1.3: dense matmul 0.158-0.655 of 2250, median 0.485),
+    while the same shape standalone stays near cuBLASLt's sweep (0.65-0.69)."""
+    hw = hardware_preset("b200")
+    for m, n, k in ((8192, 4096, 4096), (8192, 14336, 4096), (16384, 8192, 8192)):
+        inside = achieved_efficiency(hw, m, n, k, in_step=True)
+        alone = achieved_efficiency(hw, m, n, k)
+        assert 0.41 < inside < 0.655, (m, n, k, inside)
+        assert inside == pytest.approx(alone * hw.gemm_in_step_ratio, rel=0.05)
+        assert 0.55 < alone < 0.70
+
+
+def test_wave_quantisation_staircase():
+    """One output tile over a full wave costs a second wave (achievable-performance.md 8:
+    f_wave, the 1.0x-2.0x staircase of torch.mm over shape); below one wave the
+    libraries split K and nothing is lost."""
+    hw = replace(hardware_preset("h100"), kernel_overhead_s=0.0, gemm_fill_s=0.0)
+    tm, tn, k = hw.gemm_tile, hw.gemm_tile_n, 8192
+    assert hw.sm_count == 132 == 12 * 11
+    full = gemm_time_s(hw, 12 * tm, 11 * tn, k)  # 132 tiles: exactly one wave
+    over = gemm_time_s(hw, 12 * tm + 1, 11 * tn, k)  # 143 tiles: a second wave
+    assert over / full == pytest.approx(2.0, rel=0.05)
+    fewer = gemm_time_s(hw, 6 * tm, 11 * tn, k)  # 66 tiles: K split, no loss
+    assert fewer / full == pytest.approx(0.5, rel=0.05)

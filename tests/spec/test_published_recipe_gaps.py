@@ -43,3 +43,13 @@ def test_unstated_fp8_recipe_is_current_scaling(by_id):
     run = by_id["P029"]
     assert run.spec.train.fp8_recipe == "tensorwise"
     assert any("fp8_cs" in n for n in run.notes)
+
+
+def test_amd_primus_row_takes_its_example_configs_recompute(by_id):
+    # P097 reproduces examples/megatron/configs/MI355X/mixtral_8x22B_v0.1-BF16-pretrain.yaml
+    # (TP1 PP4 EP8, mbs 2): recompute_method block with 0 layers, i.e. none.
+    run = by_id["P097"]
+    assert run.spec.train.recompute_granularity is None
+    assert any("mixtral_8x22B_v0.1-BF16-pretrain.yaml" in n for n in run.notes)
+    # The MI325X 70B rows state other micro batches than the Primus file: not applied.
+    assert not any("llama3.1_70B-BF16-pretrain.yaml" in n for n in by_id["P096"].notes)
