@@ -73,7 +73,7 @@ def run(cfg) -> dict:
                   r.estimate.tokens_per_s_per_gpu if r.estimate else None,
                   r.measured_tokens_per_s_per_gpu,
                   f"{r.rel_error:+.1%}" if r.rel_error is not None else "",
-                  (r.error or ("from TFLOP/s" if r.measured_from == "tflops" else ""))[:60])
+                  (r.error or ({"tflops": "from TFLOP/s", "mfu": "from MFU"}.get(r.measured_from, "")))[:60])
                  for r in results])
     print_table("absolute error of tokens/s/GPU", ["group", "rows", "median", "p90"],
                 [(g, n, f"{med:.1%}", f"{p90:.1%}") for g, n, med, p90 in summary])

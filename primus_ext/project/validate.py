@@ -1,7 +1,8 @@
 """Project published runs and compare with their measured throughput.
 
-The measured figure is tokens/s/GPU. Rows that publish only model TFLOP/s/GPU are
-converted with our FLOP formula (sources' formulas differ; the row's notes say so).
+The measured figure is tokens/s/GPU. Rows that publish only model TFLOP/s/GPU (or only
+MFU, taken against the dense peak of the run's precision) are converted with our FLOP
+formula (sources' formulas differ; the row's notes say so).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ class RowResult:
     estimate: object | None  # Estimate
     error: str | None  # why the row could not be projected
     measured_tokens_per_s_per_gpu: float | None
-    measured_from: str  # "tokens" | "tflops" | ""
+    measured_from: str  # "tokens" | "tflops" | "mfu" | ""
 
     @property
     def rel_error(self) -> float | None:
@@ -35,9 +36,14 @@ def measured_tokens(run) -> tuple[float | None, str]:
     m = run.measured
     if m.get("tokens_per_s_per_gpu"):
         return m["tokens_per_s_per_gpu"], "tokens"
-    if m.get("tflops_per_gpu") and run.spec is not None:
-        per_token = model_flops_per_token(run.spec.model, run.spec.train.seq_length)
+    if run.spec is None:
+        return None, ""
+    per_token = model_flops_per_token(run.spec.model, run.spec.train.seq_length)
+    if m.get("tflops_per_gpu"):
         return m["tflops_per_gpu"] * 1e12 / per_token, "tflops"
+    if m.get("mfu"):  # model FLOPs over the dense peak of the run's precision
+        peak = run.spec.cluster.hardware.peak_tflops(run.spec.train.precision)
+        return m["mfu"] * peak * 1e12 / per_token, "mfu"
     return None, ""
 
 

@@ -7,8 +7,14 @@ The reader's steps, in the order a row goes through them:
 2. ``names``: the ``model`` and ``gpu`` columns to a model preset and a hardware preset;
 3. ``recipes``: the settings the row's source recipe documents (what the table does not
    state: recompute, overlap flags, FP8 recipe, ...);
+   Where a Megatron row and its source leave a setting unstated, the current
+   performance recipes' value (Megatron-Bridge perf_recipes), not Megatron-LM's flag
+   default;
 4. ``gaps``: the remaining gaps (global batch from measured figures, recompute when the
-   stated layout would not fit, a layout written only in the notes);
+   stated layout would not fit, a layout written only in the notes); ``recompute``
+   reads a recompute cell by meaning (``selective(per-op)``, ``full, block, 5 layers``);
+   ``contexts`` fills an empty sequence length with the model's pre-training context;
+   ``tuned`` gives a row without a published layout the tuner's layout;
 5. ``reader``: model, cluster, layout and training specs assembled into a ``RunSpec`` per
    row (``parse_row``), and a whole file (``read_runs``).
 """

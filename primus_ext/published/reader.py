@@ -33,7 +33,10 @@ from primus_ext.published.gaps import (  # noqa: F401
     DEFAULT_MICROBATCHES_PER_STAGE, derive_gbs, layout_from_notes, recompute_if_needed)
 from primus_ext.published.names import (  # noqa: F401
     MODEL_ALIASES, hardware_preset_name, match_model_preset, normalize_model_name)
+from primus_ext.published.contexts import TRAINING_CONTEXT, training_context
 from primus_ext.published.recipes import Recipe, RowFacts, recipe_for
+from primus_ext.published.recompute import read_recompute
+from primus_ext.published.tuned import tuned_layout
 from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "validation" / "published_runs.csv"
@@ -109,6 +112,8 @@ def parse_row(row: Mapping[str, str | None], line: int | None = None) -> Publish
     except RowError as exc:
         return PublishedRun(**base, spec=None, error=str(exc), measured=Measured())
     preset = hw_name = None
+    if row.get("tp") == row.get("pp") == "":  # both columns present and empty
+        return _tuned_layout(row, line, base, measured)
     try:
         model, preset = _model(r, notes)
         cluster, hw_name = _cluster(r, notes)
@@ -130,6 +135,14 @@ def parse_row(row: Mapping[str, str | None], line: int | None = None) -> Publish
         spec = recompute_if_needed(spec, notes)
     return PublishedRun(**base, spec=spec, error=None, measured=measured,
                         model_preset=preset, hardware_preset=hw_name, notes=tuple(notes))
+
+
+def _tuned_layout(row, line, base: dict, measured: Measured) -> PublishedRun:
+    """A row that publishes no parallel layout: the tuner's (published/tuned.py)."""
+    spec, error, notes, preset, hw = tuned_layout(
+        tuple(sorted((k, v or "") for k, v in row.items())), line, parse_row)
+    return PublishedRun(**base, spec=spec, error=error, measured=measured,
+                        model_preset=preset, hardware_preset=hw, notes=notes)
 
 
 _NO_MTP = re.compile(r"\b(?:w/o|without|no)\s+MTP\b", re.I)
@@ -169,6 +182,7 @@ def _model(r: _Row, notes: list[str]) -> tuple[ModelSpec, str | None]:
     if fields.get("mtp_num_layers") and _NO_MTP.search(name + " " + r.text("notes")):
         fields["mtp_num_layers"] = 0
         notes.append("mtp_num_layers=0 (the row says the run had no MTP layers)")
+    _fill_seq(r, preset, notes)
     seq = r.int_("seq_len", required=True)
     if fields.get("position_embedding_type") == "learned_absolute":
         if fields.get("max_position_embeddings", 0) < seq:
@@ -179,6 +193,21 @@ def _model(r: _Row, notes: list[str]) -> tuple[ModelSpec, str | None]:
         return ModelSpec(**fields), preset
     except ValueError as exc:
         raise RowError(f"row {r.run_id}: {exc}") from None
+
+
+def _fill_seq(r: _Row, preset: str | None, notes: list[str]) -> None:
+    """An empty seq_len takes the preset's pre-training context (published/contexts.py)."""
+    if r.text("seq_len"):
+        return
+    known = training_context(preset)
+    if known is None:
+        raise r.fail("seq_len", f"is empty and model preset {preset!r} states no "
+                     "training context; give the run's sequence length (presets with one: "
+                     f"{', '.join(sorted(TRAINING_CONTEXT))})")
+    tokens, source = known
+    r.row["seq_len"] = str(tokens)
+    notes.append(f"seq_len empty: {tokens}, the pre-training context of {preset} "
+                 f"({source})")
 
 
 def _recipe(r: _Row, model: ModelSpec, preset: str | None, world: int) -> Recipe:
@@ -322,19 +351,18 @@ def _train(r: _Row, par: ParallelSpec, world: int, measured: Measured,
     if precision == "fp8":
         notes.append("fp8_recipe=tensorwise (not stated; Megatron-Bridge perf_recipes/"
                      "_common.py _perf_precision('fp8_cs'): FP8 current scaling)")
-    recompute = r.text("recompute").lower()
-    kwargs: dict = {}
-    if recompute == "full":
-        kwargs = dict(recompute_granularity="full", recompute_method="uniform",
-                      recompute_num_layers=1)
-    elif recompute == "selective":
-        kwargs = dict(recompute_granularity="selective")
-    elif recompute == "":
+    recompute = r.text("recompute")
+    if recompute == "":
         kwargs = {k: v for k, v in recipe.train.items() if k.startswith("recompute_")}
         if not recipe.sets_recompute:
             notes.append("recompute empty (not stated): none assumed")
-    elif recompute != "none":
-        raise r.fail("recompute", f"{recompute!r} is not one of full, selective, none")
+    else:
+        try:
+            kwargs, how = read_recompute(recompute)
+        except ValueError as exc:
+            raise r.fail("recompute", str(exc)) from None
+        if how:
+            notes.append(how)
     kwargs.update({k: v for k, v in recipe.train.items()
                    if not k.startswith("recompute_") and k != "micro_batch_size"})
     notes += [n for n in recipe.notes if n.split("=")[0] not in recipe.parallel]

@@ -15,7 +15,8 @@ from primus_ext.published import (DEFAULT_MICROBATCHES_PER_STAGE, DEFAULT_PATH,
 from primus_ext.spec import RunSpec
 
 MAX_ERRORS = 3
-EXPECTED_ERRORS = {"P055", "P056"}  # strong-scaling endpoints: no published layout
+EXPECTED_ERRORS: set[str] = set()  # every row of the public set becomes a RunSpec
+TUNED = {"P055", "P056"}  # strong-scaling endpoints: no published layout (tuner's layout)
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +43,8 @@ def test_every_row_loads_or_errors(runs, rows):
     errors = {r.run_id: r.error for r in runs if r.error}
     assert len(errors) <= MAX_ERRORS, errors
     assert set(errors) == EXPECTED_ERRORS, errors
-    for run_id, msg in errors.items():
-        assert run_id in msg and "'tp'" in msg
+    for run_id in TUNED:
+        assert any("the tuner's best layout" in n for n in _by_id(runs)[run_id].notes)
 
 
 def test_derived_dp_equals_the_dp_column(runs):
@@ -72,10 +73,11 @@ def test_columns_reach_the_spec(runs):
             assert s.model.num_moe_experts == int(row["num_experts"])
             assert s.model.moe_router_topk == int(row["topk"])
             assert s.model.expert_ffn_size == int(row["moe_ffn_hidden"])
-        assert s.parallel.tp == int(row["tp"]) and s.parallel.pp == int(row["pp"])
+        if run.run_id not in TUNED:
+            assert s.parallel.tp == int(row["tp"]) and s.parallel.pp == int(row["pp"])
         if row["vp"]:
             assert s.parallel.vpp == int(row["vp"])
-        elif s.parallel.vpp != 1:  # a documented recipe rule chose it; the notes say so
+        elif s.parallel.vpp != 1 and run.run_id not in TUNED:  # a recipe rule chose it
             assert any(n.startswith("vpp=") for n in run.notes)
         assert s.parallel.sequence_parallel == (s.parallel.tp > 1)
         assert run.is_moe == s.model.is_moe == (row["arch"] == "moe")
