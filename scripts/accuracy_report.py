@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from primus_ext.modes.calibrate import leave_one_source_out  # noqa: E402
+from primus_ext.modes.calibrate import held_out_results, leave_one_source_out  # noqa: E402
 from primus_ext.modes.validate import validate  # noqa: E402
 from primus_ext.project.calibration import DEFAULT_PATH as CALIB_PATH  # noqa: E402
 from primus_ext.project.calibration import load_calibration  # noqa: E402
@@ -42,14 +42,21 @@ papers and framework benchmark pages; `primus_ext/data/validation/README.md` des
 columns) is read into a RunSpec by `primus_ext/published/reader.py` and the documented recipe
 rules of `primus_ext/published/recipes.py`, projected by the simulate backend with the
 committed calibration (`{calib}`), and compared with the published tokens/s/GPU (rows
-that publish only TFLOP/s/GPU are converted with Megatron-LM's FLOP formula). The
+that publish only TFLOP/s/GPU or MFU are converted with Megatron-LM's FLOP formula). The
 calibration holds per-hardware physical constants only (GEMM / FP8 GEMM / flash-attention
 efficiency, NIC efficiency), fitted by `mode=calibrate` with a Gaussian prior on the
 presets' cited values; nothing is keyed to a model, a source or a row.
 
-Acceptance: median |error| <= 10 %, 90th percentile <= 20 %, leave-one-source-out
-median <= 15 % (`tests/project/test_accuracy.py`, `tests/slow/test_loso.py`).
+Three figures are reported for every group of rows: **calibrated** (the committed
+calibration), **priors only** (`calibration=null`: the hardware presets' cited priors,
+nothing fitted) and **leave-one-source-out** (each source projected by constants fitted on
+all the other sources: what a run from a source nobody tuned the projector to can
+expect). Acceptance (`tests/project/test_accuracy.py`, `tests/slow/test_loso.py`):
+calibrated median |error| <= {cal_med:.0%} and p90 <= {cal_p90:.0%}, priors-only median
+<= {pri_med:.0%}, leave-one-source-out median <= {loso_med:.0%} and p90 <= {loso_p90:.0%}.
 """
+# Acceptance bounds the tests assert (kept here so the page states the same figures).
+BOUNDS = dict(cal_med=0.07, cal_p90=0.17, pri_med=0.10, loso_med=0.12, loso_p90=0.35)
 
 
 LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too little)
@@ -83,12 +90,30 @@ def _pct(x: float) -> str:
     return f"{x:.1%}"
 
 
-def grouped(results) -> list[str]:
-    lines = ["## Error by group (committed calibration)", "",
-             "| group | rows | median abs error | p90 abs error |",
-             "| --- | ---: | ---: | ---: |"]
-    for g, n, med, p90 in summarize(results):
-        lines.append(f"| {g} | {n} | {_pct(med)} | {_pct(p90)} |")
+def _figure(errs: list[float]) -> str:
+    if not errs:
+        return "| | "
+    return f"{_pct(percentile(errs, 50))} | {_pct(percentile(errs, 90))}"
+
+
+def grouped(tables: dict) -> list[str]:
+    """One row per group (all, per source, dense/MoE, precision, GPU): median and p90
+    |error| of each of the calibrated, priors-only and held-out projections."""
+    names = list(tables)
+    lines = ["## Error by group", "",
+             "| group | rows | " + " | ".join(f"{n} median | {n} p90" for n in names) + " |",
+             "| --- | ---: | " + " | ".join("---: | ---:" for _ in names) + " |"]
+    per = {n: {g: (k, med, p90) for g, k, med, p90 in summarize(res, sources=True)}
+           for n, res in tables.items()}
+    first = per[names[0]]
+    order = sorted(first, key=lambda g: (g != "all", not g.startswith("source="),
+                                         not g.startswith("arch="), g))
+    for g in order:
+        cells = []
+        for n in names:
+            hit = per[n].get(g)
+            cells.append(f"{_pct(hit[1])} | {_pct(hit[2])}" if hit else " | ")
+        lines.append(f"| {g} | {first[g][0]} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -108,9 +133,8 @@ def constants(calib) -> list[str]:
     return lines
 
 
-def loso_table(runs, calib) -> list[str]:
-    t = time.time()
-    per_source, errs = leave_one_source_out(runs, warm=calib)
+def loso_table(held, seconds: float) -> list[str]:
+    per_source, errs = leave_one_source_out(None, results=held)
     lines = ["## Leave-one-source-out", "",
              "Each source is predicted by constants fitted on all the other sources (a "
              "hardware seen only in the held-out source falls back to its preset "
@@ -120,7 +144,7 @@ def loso_table(runs, calib) -> list[str]:
         lines.append(f"| {source} | {n} | {_pct(med)} |")
     lines += ["", f"Median |error| over all {len(errs)} held-out rows: "
               f"**{_pct(percentile(errs, 50))}** (90th percentile "
-              f"{_pct(percentile(errs, 90))}; {time.time() - t:.0f} s to compute)."]
+              f"{_pct(percentile(errs, 90))}; {seconds:.0f} s to compute)."]
     return lines
 
 
@@ -129,14 +153,17 @@ def rows_table(results, runs_by_id) -> list[str]:
              "Breakdown: share of the projected step on the critical stage (comp compute, "
              "rec recompute, tp/cp/ep/dp exposed communication, bubble pipeline idle and "
              "p2p waits, opt optimizer).", "",
+             "Memory: the projected peak per GPU and the verdict against the device "
+             "(the memory model's; rows the reader gave recompute because they did not "
+             "fit say so in their notes).", "",
              "| run | source | model | GPUs | gpu | layout | projected tok/s/GPU | measured "
-             "| error | breakdown |",
-             "| --- | --- | --- | ---: | --- | --- | ---: | ---: | ---: | --- |"]
+             "| error | memory | breakdown |",
+             "| --- | --- | --- | ---: | --- | --- | ---: | ---: | ---: | --- | --- |"]
     for r in results:
         run = runs_by_id[r.run_id]
         e = r.estimate
         if e is None:
-            lines.append(f"| {r.run_id} | {r.source} | {r.model} | | {r.gpu} | | | | | "
+            lines.append(f"| {r.run_id} | {r.source} | {r.model} | | {r.gpu} | | | | | | "
                          f"not projected: {(r.error or '')[:90]} |")
             continue
         p, t = run.spec.parallel, run.spec.train
@@ -145,9 +172,11 @@ def rows_table(results, runs_by_id) -> list[str]:
         bd = ", ".join(f"{SHORT[k]} {v / e.step_time_s:.0%}" for k, v in e.breakdown.items()
                        if v / e.step_time_s >= 0.005)
         meas = r.measured_tokens_per_s_per_gpu
+        mem = (f"{e.peak_memory_bytes / 2**30:.0f} GiB, "
+               + ("fits" if e.fits else "**does not fit**"))
         lines.append(f"| {r.run_id} | {r.source} | {r.model} | {run.spec.world_size} | "
                      f"{r.gpu} | {layout} | {e.tokens_per_s_per_gpu:,.0f} | "
-                     f"{meas:,.0f} | {r.rel_error:+.1%} | {bd} |")
+                     f"{meas:,.0f} | {r.rel_error:+.1%} | {mem} | {bd} |")
     lines += ["", "## The reader's assumptions, per row", ""]
     for r in results:
         notes = "; ".join(runs_by_id[r.run_id].notes)
@@ -159,16 +188,25 @@ def report(loso: bool = True) -> str:
     calib = load_calibration("default")
     runs = read_runs(DEFAULT_PATH)
     results = validate(DEFAULT_PATH, "default")
-    errs = [abs(r.rel_error) for r in results if r.rel_error is not None]
-    summary = [f"**Summary**: {len(errs)} rows projected; median |error| "
-               f"**{_pct(percentile(errs, 50))}**, 90th percentile "
-               f"**{_pct(percentile(errs, 90))}**; "
-               f"{sum(1 for r in results if r.estimate is None)} rows not projectable "
-               "(no parallel layout published).", ""]
-    lines = [HEADER.format(calib=CALIB_PATH.relative_to(ROOT)), *summary, *grouped(results),
-             "", *constants(calib), ""]
+    tables = {"calibrated": results, "priors only": validate(DEFAULT_PATH, None)}
+    held, seconds = None, 0.0
     if loso:
-        lines += [*loso_table(runs, calib), ""]
+        t = time.time()
+        held = held_out_results(runs, warm=calib)
+        seconds = time.time() - t
+        tables["held out"] = held
+    summary = [f"**Summary**: {sum(1 for r in results if r.estimate is not None)} rows "
+               f"projected, {sum(1 for r in results if r.estimate is None)} not "
+               "projectable.", "", "| projection | median abs error | p90 abs error |",
+               "| --- | ---: | ---: |"]
+    for name, res in tables.items():
+        errs = [abs(r.rel_error) for r in res if r.rel_error is not None]
+        summary.append(f"| {name} | **{_pct(percentile(errs, 50))}** | "
+                       f"**{_pct(percentile(errs, 90))}** |")
+    lines = [HEADER.format(calib=CALIB_PATH.relative_to(ROOT), **BOUNDS), *summary, "",
+             *grouped(tables), "", *constants(calib), ""]
+    if held is not None:
+        lines += [*loso_table(held, seconds), ""]
     lines += [LIMITS]
     lines += rows_table(results, {r.run_id: r for r in runs})
     lines += ["", "Calibration meta: `" + json.dumps(calib.meta, sort_keys=True) + "`", ""]

@@ -18,17 +18,29 @@ def _uncalibrated(spec):
     return project(spec, calibration=None)
 
 
-def leave_one_source_out(runs, warm=None) -> tuple[list[tuple[str, int, float]], list[float]]:
-    """Per source (source, rows, median |error|) predicting it from a fit on the other
-    sources, and every held-out row's |error|. ``warm``: the all-source calibration to
-    start each refit from (same optimum, fewer steps)."""
-    per_source, every = [], []
+def held_out_results(runs, warm=None) -> list:
+    """Every row projected by constants fitted on all the other sources (RowResult per
+    row, in the order of ``runs``). ``warm``: the all-source calibration to start each
+    refit from (same optimum, fewer steps)."""
+    by_id = {}
     for source in sorted({r.source for r in runs}):
         train = [r for r in runs if r.source != source]
-        held = [r for r in runs if r.source == source]
         calib = fit(train, _uncalibrated, warm=warm).calibration
-        errs = [abs(e) for e in (project_run(r, calib).rel_error for r in held)
-                if e is not None]
+        for r in runs:
+            if r.source == source:
+                by_id[id(r)] = project_run(r, calib)
+    return [by_id[id(r)] for r in runs]
+
+
+def leave_one_source_out(runs, warm=None, results=None
+                         ) -> tuple[list[tuple[str, int, float]], list[float]]:
+    """Per source (source, rows, median |error|) predicting it from a fit on the other
+    sources, and every held-out row's |error| (``results``: held_out_results, if known)."""
+    results = held_out_results(runs, warm) if results is None else results
+    per_source, every = [], []
+    for source in sorted({r.source for r in results}):
+        errs = [abs(r.rel_error) for r in results
+                if r.source == source and r.rel_error is not None]
         if errs:
             per_source.append((source, len(errs), percentile(errs, 50)))
             every += errs

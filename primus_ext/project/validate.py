@@ -72,14 +72,21 @@ def percentile(values: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def summarize(results: list[RowResult]) -> list[tuple[str, int, float, float]]:
-    """(group, rows, median |error|, p90 |error|) overall, per GPU, dense/MoE, precision."""
+def group_keys(r: RowResult, sources: bool = False) -> tuple[str, ...]:
+    keys = ("all", f"gpu={r.gpu}", f"arch={r.arch}", f"precision={r.precision}")
+    return keys + (f"source={r.source}",) if sources else keys
+
+
+def summarize(results: list[RowResult], sources: bool = False
+              ) -> list[tuple[str, int, float, float]]:
+    """(group, rows, median |error|, p90 |error|) overall, per GPU, dense/MoE, precision
+    (and per source with ``sources``)."""
     groups: dict[str, list[float]] = {}
     for r in results:
         e = r.rel_error
         if e is None:
             continue
-        for key in ("all", f"gpu={r.gpu}", f"arch={r.arch}", f"precision={r.precision}"):
+        for key in group_keys(r, sources):
             groups.setdefault(key, []).append(abs(e))
     order = sorted(groups, key=lambda k: (k != "all", k))
     return [(k, len(groups[k]), percentile(groups[k], 50), percentile(groups[k], 90))
