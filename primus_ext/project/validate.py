@@ -38,7 +38,8 @@ def measured_tokens(run) -> tuple[float | None, str]:
         return m["tokens_per_s_per_gpu"], "tokens"
     if run.spec is None:
         return None, ""
-    per_token = model_flops_per_token(run.spec.model, run.spec.train.seq_length)
+    per_token = model_flops_per_token(run.spec.model, run.spec.train.seq_length,
+                                      getattr(run, "flops_causal_halved", True))
     if m.get("tflops_per_gpu"):
         return m["tflops_per_gpu"] * 1e12 / per_token, "tflops"
     if m.get("mfu"):  # model FLOPs over the dense peak of the run's precision

@@ -34,7 +34,7 @@ from primus_ext.published.gaps import (  # noqa: F401
 from primus_ext.published.names import (  # noqa: F401
     MODEL_ALIASES, hardware_preset_name, match_model_preset, normalize_model_name)
 from primus_ext.published.contexts import TRAINING_CONTEXT, training_context
-from primus_ext.published.recipes import Recipe, RowFacts, recipe_for
+from primus_ext.published.recipes import Recipe, RowFacts, attention_flops_halved, recipe_for
 from primus_ext.published.recompute import read_recompute
 from primus_ext.published.tuned import tuned_layout
 from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec
@@ -96,6 +96,9 @@ class PublishedRun:
     model_preset: str | None = None
     hardware_preset: str | None = None
     notes: tuple[str, ...] = field(default=())  # assumptions made for this row
+    # The source's FLOP formula halves core attention for the causal mask (as ours does);
+    # False: Megatron-LM core_r0.8.0's (published/recipes.py FULL_ATTENTION_FLOP_SOURCES).
+    flops_causal_halved: bool = True
 
 
 # ---- one row ------------------------------------------------------------------------
@@ -106,7 +109,12 @@ def parse_row(row: Mapping[str, str | None], line: int | None = None) -> Publish
     notes: list[str] = []
     base = dict(run_id=run_id, row=dict(row), source=r.text("source"), gpu=r.text("gpu"),
                 precision=r.text("precision"),
-                is_moe=r.text("arch").lower() == "moe" or bool(r.text("num_experts")))
+                is_moe=r.text("arch").lower() == "moe" or bool(r.text("num_experts")),
+                flops_causal_halved=attention_flops_halved(r.text("source")))
+    if not base["flops_causal_halved"]:
+        notes.append("published TFLOP/s and MFU by Megatron-LM core_r0.8.0's FLOP formula "
+                     "(core attention not halved for the causal mask); measured tokens/s "
+                     "recovered with it")
     try:
         measured = Measured(**{k: r.float_(col) for k, col in _MEASURED})
     except RowError as exc:

@@ -118,6 +118,19 @@ class RowFacts:
     recompute_stated: bool
 
 
+# Sources whose TFLOP/s (and MFU) count core attention over the whole sequence:
+# Megatron-LM's README tables were produced by core_r0.8.0, whose
+# num_floating_point_operations (megatron/training/training.py) has the term
+# ``seq_length / hidden_size`` with no halving for the causal mask (later releases halve
+# it). The measured tokens/s of their rows are recovered with that formula.
+FULL_ATTENTION_FLOP_SOURCES = ("Megatron-LM-README",)
+
+
+def attention_flops_halved(source: str) -> bool:
+    """Whether the source's published FLOP figures halve core attention (causal mask)."""
+    return not source.startswith(FULL_ATTENTION_FLOP_SOURCES)
+
+
 def recipe_for(f: RowFacts) -> Recipe:
     rec = Recipe()
     if f.source.startswith("Llama3-paper"):
