@@ -61,28 +61,29 @@ BOUNDS = dict(cal_med=0.07, cal_p90=0.17, pri_med=0.10, loso_med=0.12, loso_p90=
 
 LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too little)
 
-- **llm-foundry MPT on H100 (2023 stack)**: projected 0-30 % faster than measured (no-AC
-  rows the most). Its measured MFU equals Megatron-LM's at the same sizes although its
-  layouts (TP1 FSDP, 12k-token microbatches) should be more efficient; no documented
-  mechanism (PyTorch FSDP1 + flash-attn 2, eager; FA2 and FSDP traffic are modelled)
-  explains the gap. It pulls the H100 BF16 GEMM constant down, which leaves the
-  Megatron-LM README rows 5-20 % slow, and dominates their leave-one-source-out error.
-- **H100-96GB-500W (torchtitan)**: the only source on this power-capped part, so held
-  out it is projected from preset priors (0.85 x H100, est.); its long-context CP rows
-  need a flash-attention-2 rate about 0.67 of that prior under the 500 W cap.
-  torchtitan's op-level selective checkpointing (recompute of every second matmul) is
-  modelled as core-attention recompute.
-- **Megatron-LM README 32B (TP8, DP48, 4 microbatches)**: the projected exposed FP32
-  gradient reduce-scatter and parameter all-gather over one NIC per GPU cannot hide
-  behind one microbatch's backward / forward; the published 46 % MFU implies they did.
-- **Rows with assumed batch or layout**: AMD Primus rows (GBS not given), MegatronGPT
-  rows (vp not stated: no interleaving assumed), NeMo 24.07 FP8 recipe (not stated).
-- **Newer MoE recipes** (checked, not fitted, on Megatron-Bridge 25.11 / 26.02 rows that
-  are not in the CSV): dense rows land within 7 %, but dropless Qwen3-30B-A3B on H100 /
-  B200 runs at half the rate of the 25.09 token-drop runs the projector matches, and
-  GPT-OSS-120B (attention sinks, 128-token windows) is projected 10-70 % fast; the
-  recipes' dispatcher / CUDA-graph / attention-kernel settings of those releases are not
-  read.
+- **torchtitan long-context CP rows (H100-96GB-500W, 128k-256k tokens, CP 4-8)**:
+  projected 35-65 % faster than measured; CP 1-2 rows of the same source land within
+  17 %. torchtitan's context parallelism (PyTorch ``context_parallel``, all-gather
+  rotation, FP32 merges of the partial outputs) is modelled as chunked flash attention
+  plus the all-gather and the merge traffic is not; no mechanism found yet explains a
+  loss that grows with the CP degree. These rows set the leave-one-source-out p90.
+- **llm-foundry MPT on H100 (2023 stack)**: the no-recompute rows of the small models
+  (1B-7B) are projected 20-40 % faster than measured (their measured MFU equals that of
+  the 70B run with full recompute, i.e. a much lower hardware FLOP rate); rows with
+  recompute land within 10-20 %. Eager PyTorch, FSDP1 and the flash-attention
+  implementation of that stack are modelled; small-model overheads beyond them are not.
+- **Megatron-LM README weak-scaling rows (core_r0.8.0)**: measured tokens/s are recovered
+  with that release's FLOP formula (attention not halved for the causal mask); the
+  mid-size rows (TP8, 48-way DP, 4-8 microbatches) are still projected 10-25 % slow,
+  mostly their exposed data-parallel reduce-scatter and all-gather over one NIC per GPU.
+  The micro batch and the interleaving are not published (1 and none assumed).
+- **MI355X**: one row (Mixtral 8x22B); its recompute follows the Primus example config it
+  reproduces (none); the GPU's GEMM prior decides it.
+- **Fine-grained MoE** (Qwen3-30B-A3B, DeepSeek-V3, GPT-OSS): expert GEMMs are charged at
+  their per-expert shapes (tile and wave quantisation, grouped-kernel efficiency) and the
+  dispatcher's all-to-all and metadata at the real intra/inter-node split, under balanced
+  routing; the spread of tokens per expert under dropless routing is not modelled, so a
+  dropless run of a fine-grained model is projected too fast.
 """
 
 
