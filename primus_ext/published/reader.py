@@ -262,7 +262,7 @@ def _parallel(r: _Row, model: ModelSpec, world: int, notes: list[str],
     pp = r.int_("pp", required=True)
     vp_text = r.text("vp")
     vpp = r.int_("vp") or 1
-    if not vp_text and pp > 1:
+    if not vp_text and pp > 1 and "vpp" not in recipe.parallel:
         notes.append("vp empty (not stated): no interleaving assumed")
     cp = r.int_("cp")
     ep = r.int_("ep")

@@ -60,6 +60,9 @@ Sources and what they document (citations are the public files read):
   config a row reproduces (same GPU, model, layout and micro batch; Primus at the commit
   the rows cite). The MI355X Mixtral 8x22B config sets ``recompute_method: block`` with
   ``recompute_num_layers: 0``: no layer is recomputed.
+- **Rows whose notes say PP communication overlap was on** and give no ``vp``: the
+  interleaved schedule (megatron-core overlaps pipeline p2p only with virtual stages),
+  with the smallest number of virtual stages the layers per stage divide into.
 - **Megatron runs that leave a setting unstated** (Megatron-LM's README tables, AMD
   Primus, and the NVIDIA tables for what their own rules above do not set): the current
   Megatron-Bridge performance recipes' values, not Megatron-LM's flag defaults
@@ -156,12 +159,27 @@ def recipe_for(f: RowFacts) -> Recipe:
 BRIDGE = "Megatron-Bridge perf_recipes/_common.py _benchmark_common"
 
 
+# A row whose notes say pipeline communication overlap was on ("DP/TP/PP comm overlap
+# on") ran the interleaved schedule: megatron-core overlaps PP p2p only with virtual
+# stages (core_r0.8.0 megatron/training/arguments.py sets overlap_p2p_comm False, with a
+# warning, when there are none).
+_PP_OVERLAP_NOTE = re.compile(r"\bPP\b\s+comm(?:unication)?\s+overlap\s+on", re.I)
+
+
 def _current_recipe_gaps(f: RowFacts, rec: Recipe) -> None:
     """Settings a row and its source leave unstated take the values of the current
     performance recipes, not Megatron-LM's flag defaults."""
     if "grad_reduce_in_fp32" not in rec.parallel:
         rec.set("parallel", "grad_reduce_in_fp32", False,
                 f"not stated; {BRIDGE}: ddp.grad_reduce_in_fp32 = False")
+    if _PP_OVERLAP_NOTE.search(f.notes) and f.pp > 1 and not f.vp_stated:
+        per_stage = f.num_layers // f.pp
+        vp = next((v for v in range(2, per_stage + 1) if per_stage % v == 0), None)
+        if f.num_layers % f.pp == 0 and vp:
+            rec.set("parallel", "vpp", vp, "not stated; the row's PP communication "
+                    "overlap runs only under the interleaved schedule (core_r0.8.0 "
+                    "megatron/training/arguments.py turns overlap_p2p_comm off without "
+                    "virtual stages): the smallest interleaving the layers divide into")
     if f.tp > 1 and "tp_comm_overlap" not in rec.parallel:
         rec.set("parallel", "tp_comm_overlap", True,
                 "not stated; Megatron-Bridge perf_recipes/llama/h100/llama3.py: "

@@ -53,3 +53,14 @@ def test_amd_primus_row_takes_its_example_configs_recompute(by_id):
     assert any("mixtral_8x22B_v0.1-BF16-pretrain.yaml" in n for n in run.notes)
     # The MI325X 70B rows state other micro batches than the Primus file: not applied.
     assert not any("llama3.1_70B-BF16-pretrain.yaml" in n for n in by_id["P096"].notes)
+
+
+def test_rows_with_pp_overlap_on_run_interleaved(by_id):
+    # "DP/TP/PP comm overlap on" with PP > 1 and no vp: megatron-core overlaps pipeline
+    # p2p only with virtual stages (core_r0.8.0 arguments.py), so the row interleaved.
+    for run_id, vpp in (("P050", 2), ("P053", 2), ("P054", 7)):
+        run = by_id[run_id]
+        assert run.spec.parallel.vpp == vpp, run_id
+        assert any(n.startswith("vpp=") and "overlap_p2p_comm" in n for n in run.notes)
+        assert not any("no interleaving assumed" in n for n in run.notes)
+    assert by_id["P046"].spec.parallel.vpp == 1  # PP 1: nothing to interleave
