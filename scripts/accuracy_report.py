@@ -56,7 +56,7 @@ calibrated median |error| <= {cal_med:.0%} and p90 <= {cal_p90:.0%}, priors-only
 <= {pri_med:.0%}, leave-one-source-out median <= {loso_med:.0%} and p90 <= {loso_p90:.0%}.
 """
 # Acceptance bounds the tests assert (kept here so the page states the same figures).
-BOUNDS = dict(cal_med=0.07, cal_p90=0.17, pri_med=0.10, loso_med=0.12, loso_p90=0.35)
+BOUNDS = dict(cal_med=0.06, cal_p90=0.16, pri_med=0.10, loso_med=0.10, loso_p90=0.25)
 
 
 LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too little)
@@ -73,10 +73,12 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   recompute land within 10-20 %. Eager PyTorch, FSDP1 and the flash-attention
   implementation of that stack are modelled; small-model overheads beyond them are not.
 - **Megatron-LM README weak-scaling rows (core_r0.8.0)**: measured tokens/s are recovered
-  with that release's FLOP formula (attention not halved for the causal mask); the
-  mid-size rows (TP8, 48-way DP, 4-8 microbatches) are still projected 10-25 % slow,
-  mostly their exposed data-parallel reduce-scatter and all-gather over one NIC per GPU.
-  The micro batch and the interleaving are not published (1 and none assumed).
+  with that release's FLOP formula (attention not halved for the causal mask), and the
+  interleaved schedule follows from the PP communication overlap they state; the micro
+  batch (1) and the number of virtual stages (the smallest the layers divide into) are
+  not published. The 32B row (TP8, 48-way DP, 4 microbatches) is still projected about
+  20 % slow: its data-parallel reduce-scatter and all-gather over one NIC per GPU cannot
+  hide behind one microbatch's backward and forward in the model.
 - **MI355X**: one row (Mixtral 8x22B); its recompute follows the Primus example config it
   reproduces (none); the GPU's GEMM prior decides it.
 - **Fine-grained MoE** (Qwen3-30B-A3B, DeepSeek-V3, GPT-OSS): expert GEMMs are charged at

@@ -3,7 +3,7 @@
 Every row of ``primus_ext/data/validation/published_runs.csv`` with a measured figure is
 projected with the committed per-hardware calibration (``mode=validate``'s default) and
 compared with the published tokens/s/GPU. The acceptance bounds of docs/accuracy.md:
-median |error| <= 7 %, 90th percentile <= 17 %, every row projected; with priors only
+median |error| <= 6 %, 90th percentile <= 16 %, every row projected; with priors only
 (no calibration file) median <= 10 %.
 """
 from __future__ import annotations
@@ -25,8 +25,8 @@ def test_published_runs_within_the_accuracy_bounds(results):
     unprojected = [r.run_id for r in results if r.estimate is None]
     assert len(errs) >= 97  # every row of the public set
     assert not unprojected, unprojected
-    assert percentile(errs, 50) <= 0.07
-    assert percentile(errs, 90) <= 0.17
+    assert percentile(errs, 50) <= 0.06
+    assert percentile(errs, 90) <= 0.16
 
 
 def test_priors_only_within_ten_percent():
