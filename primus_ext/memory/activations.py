@@ -25,13 +25,14 @@ from functools import lru_cache
 from primus_ext.memory.act_layer import (Dims, Items, attention_items, mlp_items,
                                          moe_items, norm_items)
 from primus_ext.memory.options import MemoryOptions
+from primus_ext.memory.te_layer import te_cp_working_bytes, te_layer_items
 from primus_ext.spec.layout import pipeline_layout
 from primus_ext.spec.model import ModelSpec, padded_vocab
 from primus_ext.spec.parallel import ParallelSpec
 from primus_ext.spec.train import TrainSpec
 
 CORE_ATTN_DROP = ("softmax.", "attn_dropout.", "causal_mask", "k.repeated", "v.repeated",
-                  "q.saved", "k.saved", "softmax_lse")
+                  "q.saved", "k.saved", "softmax_lse", "v.contiguous", "core_attn.out")
 
 
 def _drop(items: Items, prefixes: tuple[str, ...]) -> Items:
@@ -79,10 +80,14 @@ def _selective(items: Items, model: ModelSpec, d: Dims, modules: tuple[str, ...]
 def layer_items(model: ModelSpec, par: ParallelSpec, train: TrainSpec, moe: bool,
                 options: MemoryOptions, full: bool = True) -> tuple[tuple[str, int], ...]:
     """Itemised saved bytes of one decoder layer, one microbatch (no full recompute).
-    ``full=False`` ignores selective recompute (what a recompute unit rebuilds)."""
+    ``full=False`` ignores selective recompute (what a recompute unit rebuilds).
+    ``train.te`` True: the Transformer Engine stack (``te_layer.py``); None or False:
+    megatron-core's local spec (``memory_report`` resolves None with ``uses_te``)."""
     d = Dims.of(par, train)
     items = attention_items(model, train, d)
     items |= moe_items(model, par, d, options) if moe else mlp_items(model, d, options)
+    if train.te:
+        items = te_layer_items(model, train, d, items)
     if full and train.recompute_granularity == "selective":
         items = _selective(items, model, d, train.recompute_modules, moe)
     return tuple((k, v) for k, v in items.items() if v)
@@ -194,6 +199,9 @@ def chunk_activations(model: ModelSpec, par: ParallelSpec, train: TrainSpec, sta
     else:
         it["layers"] = sum(layer_bytes(model, par, train, model.is_moe_layer(i), options)
                            for i in layers)
+    if train.te and layers:
+        # Context parallelism's ring / gather buffers of one layer's attention backward.
+        working += te_cp_working_bytes(model, par.cp, par.cp_comm_type, Dims.of(par, train))
     if last:
         it |= head_items(model, par, train)
         for k in range(model.mtp_num_layers):

@@ -11,6 +11,7 @@ specs, so a tuner that varies one field recomputes only what depends on it.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -19,7 +20,7 @@ from primus_ext.memory.inflight import inflight_1f1b, inflight_interleaved
 from primus_ext.memory.options import DEFAULT_OPTIONS, MemoryOptions
 from primus_ext.memory.overhead import other_items
 from primus_ext.memory.states import stage_states
-from primus_ext.spec.run import RunSpec
+from primus_ext.spec.run import RunSpec, uses_te
 
 STAGE_KEYS = ("stage", "num_params", "param_bytes", "grad_bytes", "optimizer_bytes",
               "activation_bytes_per_microbatch", "num_inflight_microbatches",
@@ -61,11 +62,19 @@ class MemoryReport:
                 "device_bytes": self.device_bytes, "fits": self.fits}
 
 
+def resolved_train(spec: RunSpec):
+    """``spec.train`` with ``te`` resolved (None -> ``uses_te``), so the cached pieces see
+    which layer stack they model."""
+    te = uses_te(spec)
+    return spec.train if spec.train.te is te else dataclasses.replace(spec.train, te=te)
+
+
 def _stage(spec: RunSpec, stage: int, options: MemoryOptions) -> StageMemory:
-    model, par, train = spec.model, spec.parallel, spec.train
+    model, par, train = spec.model, spec.parallel, resolved_train(spec)
     dp = spec.dp * par.cp
     expert_dp = max(spec.expert_dp, 1)
-    st = stage_states(model, par, train, stage, dp, expert_dp, options)
+    st = stage_states(model, par, train, stage, dp, expert_dp, options,
+                      spec.cluster.hardware.fp8_non_tn_gemm)
     chunks = [chunk_activations(model, par, train, stage, c, options)
               for c in range(par.vpp)]
     per_mb = [c.bytes_per_microbatch for c in chunks]
@@ -93,17 +102,28 @@ def _report(spec: RunSpec, options: MemoryOptions) -> MemoryReport:
     worst = max(range(len(stages)), key=lambda i: stages[i].total_bytes)
     peak = stages[worst].total_bytes
     device = spec.cluster.hardware.hbm_bytes
-    notes = []
-    if spec.train.precision == "fp8":
-        notes.append("fp8: weights and saved GEMM inputs counted in bf16 (TE fp8 weight "
-                     "and transpose caches not modelled)")
+    notes = [_stack_note(spec)]
     if spec.parallel.cp > 1:
-        notes.append("cp: activations of the local sequence s/cp; ring-attention KV "
-                     "buffers not modelled")
+        notes.append("cp: activations of the local sequence s/cp" + (
+            f"; the {spec.parallel.cp_comm_type} KV buffers of one layer's backward"
+            if uses_te(spec) else ""))
     return MemoryReport(stages=stages, peak_bytes=peak, worst_stage=worst,
                         device_bytes=device,
                         fits=peak * (1 + options.margin_fraction) <= device,
                         margin_fraction=options.margin_fraction, notes=tuple(notes))
+
+
+def _stack_note(spec: RunSpec) -> str:
+    if not uses_te(spec):
+        return ("layers: megatron-core local spec (train.te=false)" + (
+            "; fp8 weights and saved GEMM inputs counted in bf16"
+            if spec.train.precision == "fp8" else ""))
+    note = "layers: Transformer Engine spec (train.te=true), fused attention"
+    if spec.train.precision == "fp8":
+        note += ("; fp8 GEMM inputs saved at 1 byte, FP8 weight copies "
+                 + ("(fp8_param_gather)" if spec.train.fp8_param_gather
+                    else "cached beside the bf16 weights"))
+    return note
 
 
 def memory_report(spec: RunSpec, options: MemoryOptions | None = None) -> MemoryReport:

@@ -22,6 +22,9 @@ from primus_ext.memory.grad_buffer import chunk_buffers
 from primus_ext.memory.options import MemoryOptions
 from primus_ext.memory.params import layer_groups
 from primus_ext.memory.rank_params import stage_params
+from primus_ext.memory.te_states import (fp8_weight_bytes_per_element,
+                                         precision_aware_optimizer_bytes,
+                                         stage_fp8_weight_elements)
 from primus_ext.spec.model import ModelSpec
 from primus_ext.spec.parallel import ParallelSpec
 from primus_ext.spec.train import TrainSpec
@@ -38,7 +41,10 @@ class StageStates:
 
 
 def optimizer_bytes_per_element(train: TrainSpec) -> int:
-    """fp32 master weights (mixed precision only) plus the optimizer's fp32 state."""
+    """fp32 master weights (mixed precision only) plus the optimizer's fp32 state; TE's
+    FusedAdam figures with the precision-aware optimizer (``te_states.py``)."""
+    if train.use_precision_aware_optimizer and train.optimizer == "adam":
+        return precision_aware_optimizer_bytes(train)
     state = 8 if train.optimizer == "adam" else 4  # Adam: exp_avg, exp_avg_sq; SGD: momentum
     master = 0 if train.precision == "fp32" else 4
     return state + master
@@ -49,7 +55,7 @@ def grad_bytes_per_element(train: TrainSpec, options: MemoryOptions,
     fp32 = options.grad_reduce_in_fp32
     if fp32 is None:
         fp32 = par.grad_reduce_in_fp32 if par is not None else True
-    if train.precision == "fp32" or fp32:
+    if train.precision == "fp32" or (fp32 and train.main_grads_dtype == "fp32"):
         return 4
     return train.param_bytes
 
@@ -88,11 +94,13 @@ def _largest_layer_params(model: ModelSpec, par: ParallelSpec) -> int:
 
 @lru_cache(maxsize=4096)
 def stage_states(model: ModelSpec, par: ParallelSpec, train: TrainSpec, stage: int,
-                 dp: int, expert_dp: int, options: MemoryOptions) -> StageStates:
+                 dp: int, expert_dp: int, options: MemoryOptions,
+                 fp8_non_tn_gemm: bool = False) -> StageStates:
     """Parameter, gradient and optimizer bytes of one rank of pipeline stage ``stage``.
 
     ``dp`` is the dense gradient group (data x context parallel), ``expert_dp`` the expert
-    one. With the distributed optimizer the largest shard over the DP ranks is taken."""
+    one. With the distributed optimizer the largest shard over the DP ranks is taken.
+    With ``train.te`` and FP8, TE's FP8 weight copies (``te_states.py``) are added."""
     local_spec = train.attention_backend == "unfused"
     sp = stage_params(model, par, stage, local_spec)
     pbytes = train.param_bytes
@@ -121,6 +129,10 @@ def stage_states(model: ModelSpec, par: ParallelSpec, train: TrainSpec, stage: i
     else:
         opt_elems = sp.num_params
         param_bytes = sp.num_params * pbytes
+    if train.te and train.precision == "fp8":
+        fp8_elems = stage_fp8_weight_elements(model, par, stage)
+        param_bytes += fp8_elems * (fp8_weight_bytes_per_element(train, fp8_non_tn_gemm)
+                                    - pbytes)
     return StageStates(num_params=sp.num_params, num_expert_params=sp.num_expert_params,
                        param_bytes=param_bytes, grad_bytes=buf_numel * gbytes,
                        optimizer_bytes=opt_elems * obytes, optimizer_elements=opt_elems)

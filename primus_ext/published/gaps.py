@@ -3,7 +3,6 @@ setting, an uneven pipeline layout written in the notes. Each rule that fires wr
 note into the row's ``notes``."""
 from __future__ import annotations
 
-import dataclasses
 import re
 
 from primus_ext.spec import RunSpec
@@ -57,19 +56,13 @@ def derive_gbs(r: _Row, per_step: int, pp: int, world: int, seq: int,
 
 
 def recompute_if_needed(spec: RunSpec, notes: list[str]) -> RunSpec:
-    """A row that states no recompute and cannot fit without it must have used it: take
-    the least recompute that fits (selective, then full), as a user would."""
-    from primus_ext.memory.report import memory_report
+    """A row whose recompute cell is empty (a recipe family's default, such as NVIDIA's
+    "no recompute for pre-training", is an assumption, not a statement) and that cannot
+    fit as assumed must have saved memory: take the cheapest saving that fits (``memory/fit_ladder.py``: selective, then the
+    fewest block-recomputed layers, then full), as a user would, and say which."""
+    from primus_ext.memory.fit_ladder import cheapest_fit
 
-    if memory_report(spec).fits:
-        return spec
-    for kwargs in (dict(recompute_granularity="selective"),
-                   dict(recompute_granularity="full", recompute_method="uniform",
-                        recompute_num_layers=1)):
-        trial = dataclasses.replace(spec, train=dataclasses.replace(spec.train, **kwargs))
-        if memory_report(trial).fits:
-            notes.append(f"recompute not stated and the run does not fit without it: "
-                         f"recompute_granularity={kwargs['recompute_granularity']} assumed")
-            return trial
-    notes.append("recompute not stated; the run does not fit even with full recompute")
-    return spec
+    choice = cheapest_fit(spec)
+    if choice.note:
+        notes.append(f"recompute not stated: {choice.note}")
+    return choice.spec

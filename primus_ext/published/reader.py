@@ -139,7 +139,7 @@ def parse_row(row: Mapping[str, str | None], line: int | None = None) -> Publish
     if spec.layout.how == "balanced":
         notes.append(f"{spec.layout.describe()} (chosen: layers do not divide pp*vpp and "
                      "the row gives no layout)")
-    if not r.text("recompute") and not recipe.sets_recompute:
+    if not r.text("recompute") and not recipe.recompute_from_source:
         spec = recompute_if_needed(spec, notes)
     return PublishedRun(**base, spec=spec, error=None, measured=measured,
                         model_preset=preset, hardware_preset=hw_name, notes=tuple(notes))

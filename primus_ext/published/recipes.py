@@ -92,6 +92,9 @@ class Recipe:
     train: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
     sets_recompute: bool = False  # the recipe states the recompute setting
+    # The run's own source states its recompute (not a recipe family's default): the
+    # reader keeps it even where the memory model says the run does not fit.
+    recompute_from_source: bool = False
 
     def set(self, where: str, key: str, value, note: str) -> None:
         getattr(self, where)[key] = value
@@ -270,7 +273,7 @@ def _llama3_paper(f: RowFacts, rec: Recipe) -> None:
     rec.set("parallel", "grad_reduce_in_fp32", True, "Llama 3 paper Sec. 3.3.2: gradients "
             "reduce-scattered in FP32")
     if not f.recompute_stated and f.seq // f.cp <= 8192:
-        rec.sets_recompute = True
+        rec.sets_recompute = rec.recompute_from_source = True
         rec.notes.append("recompute: none (Llama 3 paper Sec. 3.3.2: with these memory "
                          "optimisations Llama 3 pre-trains on 8K-token sequences without "
                          "activation checkpointing; here seq/cp <= 8192 tokens per rank)")

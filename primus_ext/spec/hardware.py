@@ -32,6 +32,10 @@ class HardwareSpec:
     # domain / over the network (the per-step hop latencies are added on top).
     scale_up_latency_s: float = 3e-6
     scale_out_latency_s: float = 10e-6
+    # FP8 GEMMs in every operand layout (TE transformer_engine/pytorch/utils.py
+    # is_non_tn_fp8_gemm_supported: Blackwell); False (Hopper, Ada, AMD CDNA): TE keeps a
+    # transposed copy of FP8 weights for dgrad (memory/te_states.py).
+    fp8_non_tn_gemm: bool = False
     # Physical efficiency constants (defaults are priors; calibration refines them). The
     # models that use them are in primus_ext/compute/gemm.py, attention.py, kernels.py and
     # primus_ext/comm/collectives.py; per-hardware priors with their sources are in the
