@@ -28,8 +28,8 @@ What TE keeps for backward (NVIDIA/TransformerEngine, transformer_engine/pytorch
   strided view left, so TE saves a contiguous copy of V and the QKV output is freed.
   Without RoPE and q/k norms, q, k, v stay views of the QKV output (sbh3d / sbh2d
   layouts) and keep all of it alive.
-- In FP8 the attention output is saved twice: bf16 by FusedAttnFunc, FP8 by the
-  output projection's Linear.
+- In FP8 with delayed scaling the attention output is saved twice: bf16 by
+  FusedAttnFunc, FP8 by the output projection's Linear (other recipes: once, below).
 
 Megatron-core's own ops keep their local-spec bytes: ``bias_swiglu_impl`` saves the fc1
 output (compute dtype: ``activation_func_fp8_input_store`` is off by default), the
@@ -68,15 +68,21 @@ def te_layer_items(model: ModelSpec, train: TrainSpec, d: Dims, items: Items) ->
     if train.precision != "fp8":
         return it
     e = d.e
+    # megatron-core (TE >= 2.6) sets ``save_original_input`` on the output projection
+    # (transformer/attention.py ``Attention.__init__``, multi_latent_attention.py) and on
+    # the shared experts' fc1 (moe/shared_experts.py) for every FP8 recipe but delayed
+    # scaling: their input is already saved in bf16 by the fused attention / the router,
+    # so no FP8 copy is kept. With delayed scaling both copies live.
+    original = train.fp8_recipe != "delayed"
     for name in _GEMM_INPUTS:
-        if name in it:
+        if name in it and not (original and name == "proj.input" and d.flash):
             it[name] = fp8_saved_bytes(it[name] // e, train.fp8_recipe)
-    if "proj.input" in it and d.flash:
+    if "proj.input" in it and d.flash and not original:
         # FusedAttnFunc keeps its bf16 output besides the projection's FP8 copy.
         heads = model.num_attention_heads // d.tp
         width = model.v_head_dim if model.multi_latent_attention else model.head_dim
         it["core_attn.out"] = d.n * heads * width * e
-    if "shared.fc1_output" in it:
+    if "shared.fc1_output" in it and not original:
         # The shared experts' fc1 quantizes the router input (kept in bf16 by the router)
         # into its own FP8 copy.
         it["shared.fc1_input"] = fp8_saved_bytes(d.n_sp * model.hidden_size,

@@ -121,6 +121,12 @@ def _parser() -> argparse.ArgumentParser:
     a("--fp16", action="store_true")
     a("--fp8-format", default=None)
     a("--fp8-recipe", default="tensorwise")
+    a("--fp8-param-gather", action="store_true")
+    a("--use-precision-aware-optimizer", action="store_true")
+    a("--main-grads-dtype", default="fp32", choices=("fp32", "bf16"))
+    a("--exp-avg-dtype", default="fp32", choices=("fp32", "fp16", "bf16", "fp8"))
+    a("--exp-avg-sq-dtype", default="fp32", choices=("fp32", "fp16", "bf16", "fp8"))
+    a("--transformer-impl", default=None, choices=("local", "transformer_engine"))
     a("--recompute-granularity", default=None, choices=("full", "selective"))
     a("--recompute-method", default=None, choices=("uniform", "block"))
     a("--recompute-num-layers", type=int)
@@ -215,7 +221,9 @@ def _grad_reduce_in_fp32(ns) -> bool:
     if ns.accumulate_allreduce_grads_in_fp32:
         return True
     if ns.bf16 or ns.fp8_format:
-        return not ns.grad_reduce_in_bf16
+        # arguments.py: --main-grads-dtype bf16 leaves accumulate_allreduce_grads_in_fp32
+        # off, as --grad-reduce-in-bf16 does.
+        return not (ns.grad_reduce_in_bf16 or ns.main_grads_dtype == "bf16")
     return not ns.fp16
 
 
@@ -282,7 +290,9 @@ def _spec(ns, name: str | None) -> RunSpec:
     par = ParallelSpec(
         tp=ns.tensor_model_parallel_size, pp=pp, vpp=vpp, cp=ns.context_parallel_size,
         ep=ns.expert_model_parallel_size, etp=etp,
-        sequence_parallel=ns.sequence_parallel,
+        # Megatron-LM arguments.py: "Disabling sequence parallelism because tensor model
+        # parallelism is disabled" (the flag is ignored at TP 1).
+        sequence_parallel=ns.sequence_parallel and ns.tensor_model_parallel_size > 1,
         use_distributed_optimizer=ns.use_distributed_optimizer and not fsdp, fsdp=fsdp,
         overlap_grad_reduce=ns.overlap_grad_reduce,
         overlap_param_gather=ns.overlap_param_gather, tp_comm_overlap=ns.tp_comm_overlap,
@@ -320,7 +330,12 @@ def _spec(ns, name: str | None) -> RunSpec:
         recompute_modules=tuple(ns.recompute_modules) if ns.recompute_modules
         else ("core_attn",),
         attention_backend=attn, optimizer=ns.optimizer,
-        attention_softmax_in_fp32=not ns.no_attention_softmax_in_fp32)
+        attention_softmax_in_fp32=not ns.no_attention_softmax_in_fp32,
+        te=None if ns.transformer_impl is None else ns.transformer_impl != "local",
+        fp8_param_gather=ns.fp8_param_gather and precision == "fp8",
+        use_precision_aware_optimizer=ns.use_precision_aware_optimizer,
+        main_grads_dtype=ns.main_grads_dtype, exp_avg_dtype=ns.exp_avg_dtype,
+        exp_avg_sq_dtype=ns.exp_avg_sq_dtype)
     return RunSpec(model=model, parallel=par, train=train, cluster=cluster)
 
 

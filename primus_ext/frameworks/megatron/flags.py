@@ -156,6 +156,13 @@ def train_args(spec: RunSpec) -> list[str]:
             a.append("--accumulate-allreduce-grads-in-fp32")
     if t.precision == "fp8":
         a += ["--fp8-format", FP8_FORMAT, "--fp8-recipe", t.fp8_recipe]
+        if t.fp8_param_gather:
+            a.append("--fp8-param-gather")
+    if t.use_precision_aware_optimizer:
+        a += ["--use-precision-aware-optimizer", "--main-grads-dtype", t.main_grads_dtype,
+              "--exp-avg-dtype", t.exp_avg_dtype, "--exp-avg-sq-dtype", t.exp_avg_sq_dtype]
+    if t.te is not None:
+        a += ["--transformer-impl", "transformer_engine" if t.te else "local"]
     if t.recompute_granularity == "full":
         a += ["--recompute-granularity", "full", "--recompute-method", t.recompute_method,
               "--recompute-num-layers", t.recompute_num_layers]

@@ -1,0 +1,54 @@
+"""NVIDIA's Llama 3 8B FP8 example fits on an 80 GiB H100 with the GPU-stack model.
+
+Flags captured from NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553
+examples/llama/train_llama3_8b_h100_fp8.sh (MODEL_ARGS, TRAINING_ARGS, DTYPE_ARGS for
+DTYPE=fp8, MODEL_PARALLEL_ARGS, DDP_ARGS, the mock-data DATA_ARGS; one 8-GPU node),
+logging / checkpoint / data-path flags left out; plus this project's target flags.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from primus_ext.frameworks.megatron.args import parse_megatron_args
+from primus_ext.memory.options import MemoryOptions
+from primus_ext.memory.report import memory_report
+
+GIB = 1 << 30
+SCRIPT_FLAGS = """
+--use-mcore-models --num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336
+--num-attention-heads 32 --group-query-attention --num-query-groups 8 --kv-channels 128
+--seq-length 8192 --max-position-embeddings 8192 --position-embedding-type rope
+--rotary-base 1000000 --rotary-percent 1.0 --attention-dropout 0.0 --hidden-dropout 0.0
+--swiglu --normalization RMSNorm --init-method-std 0.0134 --attention-backend fused
+--apply-layernorm-1p --untie-embeddings-and-output-weights --disable-bias-linear
+--micro-batch-size 1 --global-batch-size 128 --train-samples 1953125000 --lr 0.00015
+--bf16 --grad-reduce-in-bf16 --cross-entropy-loss-fusion --calculate-per-token-loss
+--manual-gc --empty-unused-memory-level 1
+--fp8-format hybrid --fp8-amax-history-len 1024 --fp8-amax-compute-algo max
+--fp8-param-gather
+--tensor-model-parallel-size 1 --context-parallel-size 1 --sequence-parallel
+--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+--mock-data --tokenizer-type NullTokenizer --vocab-size 128256
+""".split()
+TARGET = ["--target-nodes", "1", "--target-gpus-per-node", "8", "--target-hardware", "h100"]
+
+
+def test_llama3_8b_h100_fp8_fits_with_the_te_stack():
+    spec = parse_megatron_args(SCRIPT_FLAGS + TARGET)
+    assert spec.train.fp8_param_gather and not spec.parallel.grad_reduce_in_fp32
+    assert spec.train.te is None and spec.world_size == 8  # TE: an H100 preset
+    rep = memory_report(spec)
+    st = rep.stages[0]
+    assert rep.peak_bytes <= rep.device_bytes
+    assert memory_report(spec, MemoryOptions(margin_fraction=0.0)).fits
+    # Where the bytes are (source-derived, see docs/memory.md): FP8 weights with their
+    # transposes + bf16 embeddings, bf16 gradients, distributed fp32 master + Adam.
+    assert 14 * GIB < st.param_bytes < 16 * GIB
+    assert 14 * GIB < st.grad_bytes < 16 * GIB
+    assert 11 * GIB < st.optimizer_bytes < 12 * GIB
+    # The local spec (bf16 GEMM inputs, the whole QKV output kept, no FP8 weights) is
+    # what the model gave before: it does not fit.
+    local = memory_report(replace(spec, train=replace(spec.train, te=False)))
+    assert local.peak_bytes > rep.device_bytes
+    assert local.peak_bytes - rep.peak_bytes > 5 * GIB
+
