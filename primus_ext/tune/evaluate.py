@@ -152,6 +152,11 @@ class Evaluator:
         self.best: Trial | None = None
         self._cap: tuple[int, float] | None = None
 
+    @property
+    def memory_options(self):
+        """The MemoryOptions its memory model runs with; None for a caller's own model."""
+        return self._mem_opts
+
     # ---- budget -------------------------------------------------------------------
     @property
     def elapsed_s(self) -> float:

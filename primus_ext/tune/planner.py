@@ -10,7 +10,9 @@ same memory relief once.
 """
 from __future__ import annotations
 
+from primus_ext.memory.fit_ladder import cheapest_fit
 from primus_ext.tune.evaluate import BudgetExhausted, Evaluator, Trial
+from primus_ext.tune.points import recompute_label
 from primus_ext.tune.space import AXES, IDX, Point, SearchSpace, parse_recompute
 
 # Sweep order: what usually moves step time most first.
@@ -41,14 +43,34 @@ def _relief(space: SearchSpace, point: Point) -> list[Point]:
     return [p for p in out if p != point]
 
 
+def _ladder(ev: Evaluator, point: Point) -> list[Point]:
+    """The point with the fit ladder's recompute (memory/fit_ladder.py: selective, the
+    fewest block-recomputed layers, full), as the published-run reader chooses it; it
+    may be off the recompute axis (e.g. 'full-block-3'). Empty when the evaluator's
+    memory model is not a MemoryReport (a test double) or nothing fits."""
+    spec = ev.space.spec(point)
+    if spec is None or ev.memory_options is None:
+        return []
+    choice = cheapest_fit(spec, memory_fn=ev.memory_fn)
+    if not choice.fits or choice.step == "as_stated":
+        return []
+    t = choice.spec.train
+    d = dict(zip(AXES, point))
+    d["recompute"] = recompute_label(t.recompute_granularity, t.recompute_method,
+                                     t.recompute_num_layers)
+    return [ev.space.normalize(tuple(d[a] for a in AXES))]
+
+
 def relieve(ev: Evaluator, trial: Trial, source: str, best: bool = False) -> Trial:
     """``trial`` if it fits, else a memory-relief variant that does: the first one, or
     with ``best`` the best-scoring of them (the cheapest relief is not known upfront:
-    FSDP may cost less than recompute on one cluster and more on another)."""
+    FSDP may cost less than recompute on one cluster and more on another). The fit
+    ladder's choice comes first: the cheapest recompute that fits."""
     if trial.verdict != "oom":
         return trial
     found = trial
-    for p in _relief(ev.space, trial.point):
+    ladder = _ladder(ev, trial.point)
+    for p in ladder + [q for q in _relief(ev.space, trial.point) if q not in ladder]:
         if ev.space.spec(p) is None:
             continue
         t = ev.evaluate(p, source)
