@@ -25,6 +25,7 @@ from functools import lru_cache
 from primus_ext.memory.act_layer import (Dims, Items, attention_items, mlp_items,
                                          moe_items, norm_items)
 from primus_ext.memory.options import MemoryOptions
+from primus_ext.memory.sac_op import OP_SAC, op_sac_items
 from primus_ext.memory.te_layer import te_cp_working_bytes, te_layer_items
 from primus_ext.spec.layout import pipeline_layout
 from primus_ext.spec.model import ModelSpec, padded_vocab
@@ -41,6 +42,10 @@ def _drop(items: Items, prefixes: tuple[str, ...]) -> Items:
 
 def _selective(items: Items, model: ModelSpec, d: Dims, modules: tuple[str, ...],
                moe: bool) -> Items:
+    if OP_SAC in modules:  # torchtitan's op-level SAC (sac_op.py)
+        op = op_sac_items(model, d, moe)
+        if op is not None:
+            return op
     h, e = model.hidden_size, d.e
     if "core_attn" in modules:
         items = _drop(items, CORE_ATTN_DROP)
@@ -199,6 +204,10 @@ def chunk_activations(model: ModelSpec, par: ParallelSpec, train: TrainSpec, sta
     else:
         it["layers"] = sum(layer_bytes(model, par, train, model.is_moe_layer(i), options)
                            for i in layers)
+    if train.recompute_granularity == "selective" and OP_SAC in train.recompute_modules:
+        # Op-level SAC recomputes one block at a time in the backward.
+        working = max((layer_bytes(model, par, train, model.is_moe_layer(i), options,
+                                   full=False) for i in layers), default=0)
     if train.te and layers:
         # Context parallelism's ring / gather buffers of one layer's attention backward.
         working += te_cp_working_bytes(model, par.cp, par.cp_comm_type, Dims.of(par, train))

@@ -55,7 +55,7 @@ def derive_gbs(r: _Row, per_step: int, pp: int, world: int, seq: int,
     return gbs
 
 
-def recompute_if_needed(spec: RunSpec, notes: list[str]) -> RunSpec:
+def recompute_if_needed(spec: RunSpec, notes: list[str], keep: bool = False) -> RunSpec:
     """A row whose recompute cell is empty (a recipe family's default, such as NVIDIA's
     "no recompute for pre-training", is an assumption, not a statement) and that cannot
     fit as assumed must have saved memory: take the cheapest saving that fits (``memory/fit_ladder.py``: selective, then the
@@ -63,6 +63,13 @@ def recompute_if_needed(spec: RunSpec, notes: list[str]) -> RunSpec:
     from primus_ext.memory.fit_ladder import cheapest_fit
 
     choice = cheapest_fit(spec)
+    if keep:
+        # The run's own source states its recompute: keep it, and say what the model
+        # makes of it.
+        if choice.note:
+            notes.append(f"recompute as its source states, although the memory model says "
+                         f"it {choice.note.split(';')[0]}")
+        return spec
     if choice.note:
         notes.append(f"recompute not stated: {choice.note}")
     return choice.spec

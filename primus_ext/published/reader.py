@@ -139,8 +139,8 @@ def parse_row(row: Mapping[str, str | None], line: int | None = None) -> Publish
     if spec.layout.how == "balanced":
         notes.append(f"{spec.layout.describe()} (chosen: layers do not divide pp*vpp and "
                      "the row gives no layout)")
-    if not r.text("recompute") and not recipe.recompute_from_source:
-        spec = recompute_if_needed(spec, notes)
+    if not r.text("recompute"):
+        spec = recompute_if_needed(spec, notes, keep=recipe.recompute_from_source)
     return PublishedRun(**base, spec=spec, error=None, measured=measured,
                         model_preset=preset, hardware_preset=hw_name, notes=tuple(notes))
 
@@ -371,8 +371,13 @@ def _train(r: _Row, par: ParallelSpec, world: int, measured: Measured,
             raise r.fail("recompute", str(exc)) from None
         if how:
             notes.append(how)
+    # What the recipe says selective recompute means (recompute_modules) applies to a row
+    # that states "selective" without naming modules; granularity, method and layers
+    # come from the row.
     kwargs.update({k: v for k, v in recipe.train.items()
-                   if not k.startswith("recompute_") and k != "micro_batch_size"})
+                   if k not in ("recompute_granularity", "recompute_method",
+                                "recompute_num_layers", "micro_batch_size")
+                   and not (k == "recompute_modules" and k in kwargs)})
     notes += [n for n in recipe.notes if n.split("=")[0] not in recipe.parallel]
     try:
         return TrainSpec(seq_length=seq, micro_batch_size=mbs, global_batch_size=gbs,

@@ -299,6 +299,11 @@ def _torchtitan(f: RowFacts, rec: Recipe) -> None:
     src = "torchtitan"
     rec.set("parallel", "grad_reduce_in_fp32", True, f"{src}: FSDP2 mixed precision "
             "reduce dtype float32 (config_manager.py Training.mixed_precision_reduce)")
+    rec.set("train", "te", False, f"{src}: PyTorch modules, no Transformer Engine")
+    rec.set("train", "recompute_modules", ("op",),
+            f"{src}: selective activation checkpointing is op-level SAC "
+            "(selective_ac_option='op': block input, every other mm output and SDPA "
+            "kept; memory/sac_op.py)")
     rec.set("train", "flash_attn_impl", "fa2",
             f"{src}: F.scaled_dot_product_attention flash backend (FlashAttention-2)")
     if not re.search(r"torch\.compile", f.notes, re.I):

@@ -161,3 +161,26 @@ def test_cp_ring_buffers_on_te():
     saved_diff = 8 * (n * (A + G) * HD * 2)  # 8 layers: the QKV storage TE frees
     # activation_bytes = saved x in-flight + working; in-flight here is one microbatch.
     assert diff == 4 * kv + q - saved_diff
+
+
+def test_torchtitan_op_sac_keeps_every_other_mm():
+    """torchtitan's op-level SAC (pytorch/torchtitan@9dec370 parallelize_llama.py
+    _save_list and the mm counter): mms wq, wk, wv, wo, w1, w3, w2 in that order, the
+    odd ones kept; SDPA output and log-sum-exp kept; the block input kept."""
+    spec = run(LLAMA, backend="flash", recompute_granularity="selective",
+               recompute_modules=("op",))
+    train = replace(spec.train, te=False)
+    ours = layer_bytes(LLAMA, spec.parallel, train, False, OPT)
+    hand = (N * H * 2  # block input (checkpoint argument)
+            + N * A * HD * 2  # wq output (mm 1)
+            + N * G * HD * 2  # wv output (mm 3)
+            + N * A * HD * 2 + A * N * 4  # SDPA output and log-sum-exp
+            + N * F * 2  # w1 output (mm 5)
+            + N * H * 2)  # w2 output (mm 7)
+    assert ours == hand
+    # The backward recomputes one block at a time: one full layer is the working set.
+    full = layer_bytes(LLAMA, spec.parallel, train, False, OPT, full=False)
+    rep = memory_report(replace(spec, train=train)).stages[0]
+    none = memory_report(replace(spec, train=replace(train, recompute_granularity=None)))
+    assert rep.activation_bytes < none.stages[0].activation_bytes
+    assert full > ours

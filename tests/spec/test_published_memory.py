@@ -1,0 +1,34 @@
+"""The published runs' memory verdicts follow the fit ladder (memory/fit_ladder.py): a run
+whose recompute the row does not state and that does not fit as its recipe family's
+default assumes is given the cheapest saving that fits, said in its notes; a run still
+called 'does not fit' has a recompute stated by its row or by its own source."""
+from __future__ import annotations
+
+import pytest
+
+from primus_ext.memory.report import memory_report
+from primus_ext.published import read_runs
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return [r for r in read_runs() if r.spec is not None]
+
+
+def test_laddered_runs_fit_and_say_so(runs):
+    laddered = [r for r in runs if any("cheapest saving that fits" in n for n in r.notes)]
+    assert laddered
+    for r in laddered:
+        assert not r.row.get("recompute"), r.run_id
+        assert memory_report(r.spec).fits, r.run_id
+        assert r.spec.train.recompute_granularity is not None
+
+
+def test_runs_that_do_not_fit_state_their_recompute(runs):
+    for r in runs:
+        if memory_report(r.spec).fits:
+            continue
+        stated_by_row = bool((r.row.get("recompute") or "").strip())
+        source_says = any(n.startswith("recompute as its source states") for n in r.notes)
+        no_rung = any("no recompute makes it fit" in n for n in r.notes)
+        assert stated_by_row or source_says or no_rung, (r.run_id, r.notes)
