@@ -107,6 +107,9 @@ def stage_states(model: ModelSpec, par: ParallelSpec, train: TrainSpec, stage: i
     gbytes = grad_bytes_per_element(train, options, par)
     obytes = optimizer_bytes_per_element(train)
     if par.fsdp:
+        # Megatron-FSDP / torch FSDP2 (ZeRO-3). TE keeps no cached FP8 weight workspace
+        # under FSDP2 (linear.py: "FSDP2: Don't save FP8 workspace"), so no FP8 copies
+        # are added here; FP8 parameter sharding is not modelled (bf16 shards).
         dense = sp.num_params - sp.num_expert_params
         shard = -(-dense // dp) + -(-sp.num_expert_params // max(expert_dp, 1))
         working = 2 * _largest_layer_params(model, par)
