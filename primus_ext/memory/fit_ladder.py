@@ -2,8 +2,11 @@
 
 A run that does not fit as stated gets, in order of compute cost, the first of:
 
-1. selective recompute (megatron-core ``--recompute-granularity selective`` with its
-   default module, core attention: recomputes the attention kernel only);
+1. selective recompute (megatron-core ``--recompute-granularity selective``), the
+   lightest ``--recompute-modules`` set that fits, lightest first as megatron-core's
+   ``TransformerConfig.recompute_modules`` documents them: ``moe_act`` (the experts'
+   activation, elementwise), ``core_attn`` (the attention kernel), both, then the MLP
+   (``mlp`` / ``moe``: its GEMMs) with core attention;
 2. full recompute of the fewest layers: ``recompute_method=block`` with the smallest
    ``recompute_num_layers`` k that fits (megatron-core ``TransformerBlock._checkpointed_
    forward``, method ``block``: the first k layers of every model chunk are recomputed
@@ -12,7 +15,7 @@ A run that does not fit as stated gets, in order of compute cost, the first of:
 3. full recompute of every layer (``uniform``, one layer per checkpoint).
 
 Each step is tried only when it saves more than the run already does (a run stated with
-selective recompute starts at step 2). ``cheapest_fit`` returns the chosen spec and a
+selective recompute tries only module sets that contain its own). ``cheapest_fit`` returns the chosen spec and a
 one-line note; a run that fits as stated is returned unchanged with an empty note.
 The published-run reader and the tuner both use it, so a row and a candidate that do not
 fit are relieved the same way.
@@ -57,8 +60,10 @@ def _label(spec: RunSpec) -> str:
 
 
 def cheapest_fit(spec: RunSpec, options: MemoryOptions | None = None,
-                 memory_fn: Callable[[RunSpec], MemoryReport] | None = None) -> FitChoice:
-    """The first rung of the ladder (module docstring) on which ``spec`` fits."""
+                 memory_fn: Callable[[RunSpec], MemoryReport] | None = None,
+                 module_sets: list[tuple[str, ...]] | None = None) -> FitChoice:
+    """The first rung of the ladder (module docstring) on which ``spec`` fits.
+    ``module_sets`` replaces the selective rungs (a caller that can only express some)."""
     mem = memory_fn or (lambda s: memory_report(s, options))
     stated = mem(spec)
     if stated.fits:
@@ -71,14 +76,15 @@ def cheapest_fit(spec: RunSpec, options: MemoryOptions | None = None,
             and t.recompute_num_layers == 1:
         return FitChoice(spec=spec, step="none", fits=False, peak_bytes=stated.peak_bytes,
                          note=f"{head}; already full recompute: no recompute saves more")
-    rungs: list[tuple[str, RunSpec]] = []
-    if t.recompute_granularity is None:
-        rungs.append(("selective", _with(spec, recompute_granularity="selective",
-                                         recompute_modules=("core_attn",))))
-    for step, cand in rungs:
-        rep = mem(cand)
-        if rep.fits:
-            return _chosen(step, cand, rep, head)
+    if t.recompute_granularity in (None, "selective"):
+        have = set(t.recompute_modules) if t.recompute_granularity else set()
+        for mods in (selective_rungs(spec) if module_sets is None else module_sets):
+            if t.recompute_granularity and (not have < set(mods)):
+                continue
+            cand = _with(spec, recompute_granularity="selective", recompute_modules=mods)
+            rep = mem(cand)
+            if rep.fits:
+                return _chosen("selective", cand, rep, head)
     block = _fewest_block_layers(spec, mem)
     if block is not None:
         return _chosen("block", block[0], block[1], head)
@@ -90,6 +96,22 @@ def cheapest_fit(spec: RunSpec, options: MemoryOptions | None = None,
     return FitChoice(spec=spec, step="none", fits=False, peak_bytes=stated.peak_bytes,
                      note=f"{head}; no recompute makes it fit (full recompute: peak "
                           f"{rep.peak_bytes / GIB:.1f} GiB)")
+
+
+def selective_rungs(spec: RunSpec) -> list[tuple[str, ...]]:
+    """Selective module sets, lightest recompute first (module docstring)."""
+    m = spec.model
+    moe = m.is_moe
+    dense = any(not m.is_moe_layer(i) for i in range(m.num_layers))
+    rungs: list[tuple[str, ...]] = []
+    if moe:
+        rungs.append(("moe_act",))
+    rungs.append(("core_attn",))
+    if moe:
+        rungs.append(("core_attn", "moe_act"))
+    heavy = (("mlp",) if dense else ()) + (("moe",) if moe else ())
+    rungs.append(("core_attn",) + heavy)
+    return rungs
 
 
 def _fewest_block_layers(spec: RunSpec, mem) -> tuple[RunSpec, MemoryReport] | None:
@@ -116,6 +138,8 @@ def _fewest_block_layers(spec: RunSpec, mem) -> tuple[RunSpec, MemoryReport] | N
 
 def _chosen(step: str, spec: RunSpec, rep: MemoryReport, head: str) -> FitChoice:
     extra = ""
+    if step == "selective":
+        extra = f", recompute_modules={','.join(spec.train.recompute_modules)}"
     if step == "block":
         extra = (f" (the first {spec.train.recompute_num_layers} of up to "
                  f"{_max_chunk_layers(spec)} layers per model chunk recomputed)")

@@ -48,6 +48,11 @@ SELECTIVE_MODULES = {
     "moe_act": {"moe_act"},
     "moe": {"moe", "moe_act", "shared_experts"},
     "shared_experts": {"shared_experts"},
+    # torchtitan's op-level SAC (memory/sac_op.py). Its memory is modelled; its recompute
+    # time keeps what a torchtitan "selective" row was charged before (core attention's
+    # forward) until the compute model separates the ops SAC re-runs (wk, wo, w3 and the
+    # elementwise ops).
+    "op": {"core_attn"},
 }
 ALL = None  # full recompute: every module
 _CACHE: dict = {}

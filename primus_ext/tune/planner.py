@@ -51,7 +51,9 @@ def _ladder(ev: Evaluator, point: Point) -> list[Point]:
     spec = ev.space.spec(point)
     if spec is None or ev.memory_options is None:
         return []
-    choice = cheapest_fit(spec, memory_fn=ev.memory_fn)
+    # A point's recompute label carries no module list: selective keeps the spec's own.
+    choice = cheapest_fit(spec, memory_fn=ev.memory_fn,
+                          module_sets=[tuple(spec.train.recompute_modules)])
     if not choice.fits or choice.step == "as_stated":
         return []
     t = choice.spec.train

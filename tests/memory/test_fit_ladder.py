@@ -60,7 +60,13 @@ def test_fewest_block_layers():
     block2 = _with(block3, recompute_num_layers=2)
     assert _peak(block2) < _peak(sel)  # selective alone does not fit on this device
     spec = _on_device(FLASH, _device_between(block3, block2))
-    choice = cheapest_fit(spec, OPT)
+    # Selective with the MLP recomputed as well is lighter than 3 whole layers and fits
+    # here: it is the ladder's choice.
+    heavy = cheapest_fit(spec, OPT)
+    assert heavy.step == "selective"
+    assert heavy.spec.train.recompute_modules == ("core_attn", "mlp")
+    # With core attention as the only selective set, block recompute of 3 layers.
+    choice = cheapest_fit(spec, OPT, module_sets=[("core_attn",)])
     assert choice.step == "block" and choice.spec.train.recompute_num_layers == 3
     assert choice.spec.train.recompute_method == "block"
     assert not memory_report(_on_device(block2, spec.cluster.hardware.hbm_bytes), OPT).fits
@@ -81,6 +87,18 @@ def test_stated_selective_starts_at_block():
     block8 = _with(FLASH, recompute_granularity="full", recompute_method="block",
                    recompute_num_layers=8)
     spec = _on_device(sel, _peak(block8) * 1.06)
-    choice = cheapest_fit(spec, OPT)
+    choice = cheapest_fit(spec, OPT, module_sets=[("core_attn",)])  # nothing new to add
     assert choice.step == "block" and choice.fits
     assert choice.spec.train.recompute_num_layers == 8
+    wider = cheapest_fit(spec, OPT)  # a set containing core_attn: (core_attn, mlp)
+    assert wider.step in ("selective", "block")
+    if wider.step == "selective":
+        assert set(wider.spec.train.recompute_modules) > {"core_attn"}
+
+
+def test_moe_rungs_lightest_first():
+    from memory_specs import MOE
+    from primus_ext.memory.fit_ladder import selective_rungs
+    spec = run(MOE, seq=4096, mbs=2, gbs=64, backend="flash")
+    assert selective_rungs(spec) == [("moe_act",), ("core_attn",), ("core_attn", "moe_act"),
+                                     ("core_attn", "mlp", "moe")]

@@ -27,7 +27,8 @@ def test_relief_takes_the_ladders_choice():
     assert relieved.verdict == "ok"
     granularity, method, num = parse_recompute(relieved.point[IDX["recompute"]])
     # The reader's choice for the same spec (same memory options: the evaluator's).
-    choice = cheapest_fit(spec, memory_fn=ev.memory_fn)
+    choice = cheapest_fit(spec, memory_fn=ev.memory_fn,
+                          module_sets=[tuple(spec.train.recompute_modules)])
     t = choice.spec.train
     assert (granularity, method, num) == (t.recompute_granularity, t.recompute_method,
                                           t.recompute_num_layers)
