@@ -156,7 +156,7 @@ def _reason(r, rep) -> str:
                 f"{par.resolved_schedule} schedule)")
     stated = [n for n in r.notes if n.startswith("recompute")]
     if stated:
-        why += "; " + stated[-1]
+        why += "; " + "; ".join(stated)
     return why.replace("|", "/")
 
 
