@@ -32,6 +32,11 @@ BASE = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "8
     ["model=mixtral_8x7b", "cluster.num_nodes=2", "parallel.ep=8",
      "parallel.moe_token_dispatcher_type=alltoall",
      "parallel.overlap_moe_expert_parallel_comm=true", "train.precision=fp16"],
+    ["model=llama3_8b", "parallel.cp=1", "train.precision=fp8",
+     "train.fp8_param_gather=true", "parallel.grad_reduce_in_fp32=false", "train.te=true"],
+    ["model=llama3_8b", "parallel.cp=1", "train.use_precision_aware_optimizer=true",
+     "train.main_grads_dtype=bf16", "parallel.grad_reduce_in_fp32=false",
+     "train.exp_avg_dtype=fp8", "train.exp_avg_sq_dtype=bf16", "train.te=false"],
 ])
 def test_round_trip_with_the_recipe_emitter(overrides):
     spec = compose(overrides)
