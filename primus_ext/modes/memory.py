@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from primus_ext.config import spec_from_cfg
 from primus_ext.emit.console import gib, print_json, print_table
+from primus_ext.memory.fit_ladder import cheapest_fit
 from primus_ext.memory.report import memory_report
 
 
@@ -10,6 +11,10 @@ def run(cfg) -> dict:
     spec = spec_from_cfg(cfg)
     report = memory_report(spec)
     out = report.to_dict()
+    out["notes"] = list(report.notes)
+    if not report.fits:
+        # The cheapest recompute that makes it fit (memory/fit_ladder.py), as a hint.
+        out["suggestion"] = cheapest_fit(spec).note
     if cfg.get("layout_note"):
         out["layout_note"] = cfg.layout_note
     if cfg.get("plot"):
@@ -28,6 +33,10 @@ def run(cfg) -> dict:
                 caption=f"peak {gib(report.peak_bytes):.2f} GiB of "
                         f"{gib(report.device_bytes):.2f} GiB: "
                         f"{'fits' if report.fits else 'DOES NOT FIT'}")
+    for note in out["notes"]:
+        print(f"note: {note}")
+    if out.get("suggestion"):
+        print(f"note: {out['suggestion']}")
     if cfg.get("layout_note"):
         print(f"note: {cfg.layout_note}")
     return out
