@@ -67,7 +67,8 @@ megatron-core's local spec on `cpu`; `primus_ext.spec.run.uses_te`).
   FP8 recipes); FP8 weight copies (TE's cached workspace, or the uint8 parameter and
   its transpose with `--fp8-param-gather`); TE FusedAdam's precision-aware state
   (`exp_avg_dtype` / `exp_avg_sq_dtype`, int16 master remainders); bf16 main gradients;
-  TE's context-parallel ring / gather buffers; torchtitan's op-level selective
+  TE's context-parallel ring / gather buffers; megatron-core's fine-grained activation
+  offloading (`primus_ext/memory/offload.py`); torchtitan's op-level selective
   checkpointing (`primus_ext/memory/sac_op.py`, from torchtitan's policy).
 - Priors, not measured: CUDA context, workspaces, NCCL buffers, allocator
   fragmentation (`primus_ext/memory/options.py`).

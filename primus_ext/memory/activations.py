@@ -25,6 +25,7 @@ from functools import lru_cache
 from primus_ext.memory.act_layer import (Dims, Items, attention_items, mlp_items,
                                          moe_items, norm_items)
 from primus_ext.memory.options import MemoryOptions
+from primus_ext.memory.offload import offloaded_bytes
 from primus_ext.memory.sac_op import OP_SAC, op_sac_items
 from primus_ext.memory.te_layer import te_cp_working_bytes, te_layer_items
 from primus_ext.spec.layout import pipeline_layout
@@ -204,6 +205,13 @@ def chunk_activations(model: ModelSpec, par: ParallelSpec, train: TrainSpec, sta
     else:
         it["layers"] = sum(layer_bytes(model, par, train, model.is_moe_layer(i), options)
                            for i in layers)
+        if train.offload_modules and layers:
+            # offload.py: on the host but for about two layers' (in flight, prefetched).
+            moved = [offloaded_bytes(layer_items(model, par, train, model.is_moe_layer(i),
+                                                 options), train.offload_modules)
+                     for i in layers]
+            it["layers"] -= sum(moved)
+            working += 2 * max(moved)
     if train.recompute_granularity == "selective" and OP_SAC in train.recompute_modules:
         # Op-level SAC recomputes one block at a time in the backward.
         working = max((layer_bytes(model, par, train, model.is_moe_layer(i), options,

@@ -13,6 +13,8 @@ ATTENTION_BACKENDS = ("flash", "unfused")
 OPTIMIZERS = ("adam", "sgd")
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
 FLASH_IMPLS = ("native", "fa2")
+OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm",
+                   "expert_fc1", "moe_act", "fused_group_mlp")
 MAIN_GRADS_DTYPES = ("fp32", "bf16")
 EXP_AVG_DTYPES = ("fp32", "fp16", "bf16", "fp8")
 
@@ -63,6 +65,10 @@ class TrainSpec:
     main_grads_dtype: str = "fp32"
     exp_avg_dtype: str = "fp32"
     exp_avg_sq_dtype: str = "fp32"
+    # --fine-grained-activation-offloading --offload-modules: the modules whose saved
+    # inputs go to host memory after the forward (megatron-core TransformerConfig
+    # offload_modules); empty = no offloading.
+    offload_modules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for f in ("seq_length", "micro_batch_size", "global_batch_size"):
@@ -89,6 +95,14 @@ class TrainSpec:
             raise ValueError(f"train.fp8_param_gather=True needs train.precision='fp8' "
                              f"(it is {self.precision!r})")
         object.__setattr__(self, "recompute_modules", tuple(self.recompute_modules))
+        object.__setattr__(self, "offload_modules", tuple(self.offload_modules))
+        for m in self.offload_modules:
+            one_of(_OWNER, "offload_modules[i]", m, OFFLOAD_MODULES)
+        if "attn_proj" in self.offload_modules and "core_attn" not in self.offload_modules:
+            # megatron-core TransformerConfig.__post_init__: the projection's input is the
+            # core attention's output, which core attention's backward needs.
+            raise ValueError("train.offload_modules has attn_proj without core_attn "
+                             "(megatron-core requires core_attn with attn_proj)")
         if self.recompute_granularity == "full":
             if self.recompute_method is None:
                 raise ValueError(

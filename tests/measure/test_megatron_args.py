@@ -37,6 +37,8 @@ BASE = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "8
     ["model=llama3_8b", "parallel.cp=1", "train.use_precision_aware_optimizer=true",
      "train.main_grads_dtype=bf16", "parallel.grad_reduce_in_fp32=false",
      "train.exp_avg_dtype=fp8", "train.exp_avg_sq_dtype=bf16", "train.te=false"],
+    ["model=mixtral_8x7b", "cluster.num_nodes=2", "parallel.ep=8",
+     "train.offload_modules=[core_attn,attn_proj,expert_fc1]"],
 ])
 def test_round_trip_with_the_recipe_emitter(overrides):
     spec = compose(overrides)

@@ -127,6 +127,8 @@ def _parser() -> argparse.ArgumentParser:
     a("--exp-avg-dtype", default="fp32", choices=("fp32", "fp16", "bf16", "fp8"))
     a("--exp-avg-sq-dtype", default="fp32", choices=("fp32", "fp16", "bf16", "fp8"))
     a("--transformer-impl", default=None, choices=("local", "transformer_engine"))
+    a("--fine-grained-activation-offloading", action="store_true")
+    a("--offload-modules", nargs="*", default=None)
     a("--recompute-granularity", default=None, choices=("full", "selective"))
     a("--recompute-method", default=None, choices=("uniform", "block"))
     a("--recompute-num-layers", type=int)
@@ -335,7 +337,9 @@ def _spec(ns, name: str | None) -> RunSpec:
         fp8_param_gather=ns.fp8_param_gather and precision == "fp8",
         use_precision_aware_optimizer=ns.use_precision_aware_optimizer,
         main_grads_dtype=ns.main_grads_dtype, exp_avg_dtype=ns.exp_avg_dtype,
-        exp_avg_sq_dtype=ns.exp_avg_sq_dtype)
+        exp_avg_sq_dtype=ns.exp_avg_sq_dtype,
+        offload_modules=tuple(ns.offload_modules or ())
+        if ns.fine_grained_activation_offloading else ())
     return RunSpec(model=model, parallel=par, train=train, cluster=cluster)
 
 

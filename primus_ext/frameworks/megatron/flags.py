@@ -161,6 +161,9 @@ def train_args(spec: RunSpec) -> list[str]:
     if t.use_precision_aware_optimizer:
         a += ["--use-precision-aware-optimizer", "--main-grads-dtype", t.main_grads_dtype,
               "--exp-avg-dtype", t.exp_avg_dtype, "--exp-avg-sq-dtype", t.exp_avg_sq_dtype]
+    if t.offload_modules:
+        a += ["--fine-grained-activation-offloading", "--offload-modules",
+              *t.offload_modules]
     if t.te is not None:
         a += ["--transformer-impl", "transformer_engine" if t.te else "local"]
     if t.recompute_granularity == "full":
