@@ -257,7 +257,7 @@ def _amd_primus(f: RowFacts, rec: Recipe) -> None:
     path, layers, (tp, pp, ep, mbs) = found
     if (f.tp, f.pp, f.ep, f.mbs) != (tp, pp, ep, mbs):
         return
-    rec.sets_recompute = True
+    rec.sets_recompute = rec.recompute_from_source = True  # the run's own config
     src = f"AMD Primus {path}"
     if layers == 0:
         rec.notes.append(f"recompute: none ({src}: recompute_granularity full, "
