@@ -193,9 +193,9 @@ def published_verdicts() -> str:
             "empty and which does not fit as its recipe family's default assumes gets the "
             "cheapest saving that fits (`primus_ext/memory/fit_ladder.py`: selective, the "
             f"fewest block-recomputed layers, full; said in the row's notes): {laddered} "
-            f"runs. The memory model calls {flagged} of them 'does not fit' with the "
-            "default 5% margin; each is listed with its reason (the recompute setting its "
-            "own source states is kept).\n\n")
+            f"runs. The memory model calls {flagged} of the {len(runs)} runs 'does not "
+            "fit' with the default 5% margin; each is listed below with its reason (a "
+            "recompute setting the run's own source or config states is kept).\n\n")
     return head + "\n".join(lines) + "\n"
 
 
