@@ -17,7 +17,7 @@ from functools import lru_cache
 
 from primus_ext.memory.activations import chunk_activations
 from primus_ext.memory.inflight import inflight_1f1b, inflight_interleaved
-from primus_ext.memory.options import DEFAULT_OPTIONS, MemoryOptions
+from primus_ext.memory.options import TIGHT_FRACTION, DEFAULT_OPTIONS, MemoryOptions
 from primus_ext.memory.overhead import other_items
 from primus_ext.memory.states import stage_states
 from primus_ext.spec.run import RunSpec, uses_te
@@ -107,9 +107,12 @@ def _report(spec: RunSpec, options: MemoryOptions) -> MemoryReport:
         notes.append("cp: activations of the local sequence s/cp" + (
             f"; the {spec.parallel.cp_comm_type} KV buffers of one layer's backward"
             if uses_te(spec) else ""))
+    fits = peak * (1 + options.margin_fraction) <= device
+    if fits and peak * (1 + TIGHT_FRACTION) > device:
+        notes.append(f"tight: the peak leaves {(device - peak) / 2**30:.1f} GiB "
+                     f"({1 - peak / device:.1%}) of the device free")
     return MemoryReport(stages=stages, peak_bytes=peak, worst_stage=worst,
-                        device_bytes=device,
-                        fits=peak * (1 + options.margin_fraction) <= device,
+                        device_bytes=device, fits=fits,
                         margin_fraction=options.margin_fraction, notes=tuple(notes))
 
 

@@ -26,8 +26,10 @@ def _with(spec, **train):
 
 
 def _device_between(lo_spec, hi_spec):
-    """A device size on which ``lo_spec`` fits (with the 5% margin) and ``hi_spec`` not."""
-    lo, hi = _peak(lo_spec) * 1.05, _peak(hi_spec) * 1.05
+    """A device size on which ``lo_spec`` fits (with the verdict's margin) and ``hi_spec``
+    not."""
+    margin = 1 + OPT.margin_fraction
+    lo, hi = _peak(lo_spec) * margin, _peak(hi_spec) * margin
     assert lo < hi
     return (lo + hi) / 2
 
