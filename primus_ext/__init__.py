@@ -13,16 +13,29 @@ __version__ = "0.1.0"
 
 
 def compose(overrides=()):
+    if isinstance(overrides, (str, bytes)) or not all(isinstance(o, str) for o in overrides):
+        raise TypeError(f"compose(overrides={overrides!r}): overrides must be a list of "
+                        "Hydra override strings, e.g. compose(['model=llama3_70b', "
+                        "'parallel.tp=4'])")
     from primus_ext.config import compose as _compose
     return _compose(list(overrides))
 
 
+def _check_spec(fn: str, spec) -> None:
+    from primus_ext.spec import RunSpec
+    if not isinstance(spec, RunSpec):
+        raise TypeError(f"{fn}(spec={spec!r}): spec must be a RunSpec, e.g. "
+                        f"{fn}(primus_ext.compose(['model=llama3_70b']))")
+
+
 def memory(spec):
+    _check_spec("memory", spec)
     from primus_ext.memory.report import memory_report
     return memory_report(spec)
 
 
 def project(spec, **kwargs):
+    _check_spec("project", spec)
     from primus_ext.project.estimate import project as _project
     return _project(spec, **kwargs)
 

@@ -29,14 +29,24 @@ def _fail(msg: str, code: int = 2):
 def _app(cfg: DictConfig):
     try:
         return dispatch(cfg)
-    except (ValueError, NotAvailable, FileNotFoundError) as exc:
+    except (ValueError, NotAvailable, OSError) as exc:
+        # OSError: a path the user named that cannot be read or written (permissions, a
+        # full disk); anything else is a defect of this program and keeps its traceback.
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
+        msg = _message(exc)
         if _is_multirun():
             # One illegal combination must not end a sweep: record it as the job's result.
-            print(f"primus-ext: {exc}", file=sys.stderr)
-            return {"verdict": "illegal", "error": str(exc)}
-        _fail(str(exc))
+            print(f"primus-ext: {msg}", file=sys.stderr)
+            return {"verdict": "illegal", "error": msg}
+        _fail(msg)
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror and exc.filename \
+            and not isinstance(exc, FileNotFoundError):
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc)
 
 
 def _is_multirun() -> bool:

@@ -12,12 +12,17 @@ from typing import Any, Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from primus_ext.presets import _conf_dir, hardware_preset, list_presets
-from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec
+from primus_ext.spec import (ClusterSpec, HardwareSpec, ModelSpec, ParallelSpec, RunSpec,
+                             TrainSpec)
 
 # ${primus_tp_gt_one:${parallel.tp}}: the default of parallel.sequence_parallel (on when
 # tensor parallelism is, as in the NeMo / Megatron-Bridge recipes).
 if not OmegaConf.has_resolver("primus_tp_gt_one"):
-    OmegaConf.register_new_resolver("primus_tp_gt_one", lambda tp: int(tp) > 1)
+    # A tp that is not an integer resolves to False here, so that the error names
+    # parallel.tp (the spec's type check) and not this derived default.
+    OmegaConf.register_new_resolver(
+        "primus_tp_gt_one", lambda tp: isinstance(tp, int) and not isinstance(tp, bool)
+        and tp > 1)
 
 SPEC_GROUPS = {"model": ModelSpec, "parallel": ParallelSpec, "train": TrainSpec}
 
@@ -49,13 +54,20 @@ def _build(cls, group: str, values: Mapping[str, Any]):
         raise ValueError(f"{group}.{unknown[0]} is not a {cls.__name__} field; known "
                          f"fields: {', '.join(sorted(names))}")
     kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in values.items()}
+    missing = [f.name for f in dataclasses.fields(cls)
+               if f.init and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING and kwargs.get(f.name) is None]
+    if missing:
+        raise ValueError(f"{group}: missing required field(s) {', '.join(missing)}")
     try:
         return cls(**kwargs)
-    except TypeError as exc:  # a required field left empty
-        missing = [f.name for f in dataclasses.fields(cls)
-                   if f.init and f.default is dataclasses.MISSING
-                   and f.default_factory is dataclasses.MISSING and kwargs.get(f.name) is None]
-        raise ValueError(f"{group}: missing required field(s) {', '.join(missing)}") from exc
+    except ValueError as exc:
+        # The spec names its own owner (hardware.x); say where the user typed it.
+        owner = _OWNERS.get(cls)
+        msg = str(exc)
+        if owner and group != owner and msg.startswith(owner + "."):
+            msg = group + msg[len(owner):]
+        raise ValueError(msg) from None
 
 
 def _plain(node) -> dict:
@@ -87,6 +99,7 @@ def spec_from_cfg(cfg: DictConfig) -> RunSpec:
     return RunSpec(**parts)
 
 
+_OWNERS = {HardwareSpec: "hardware"}
 _REQUIRED_MODEL = frozenset(f.name for f in dataclasses.fields(ModelSpec)
                             if f.default is dataclasses.MISSING)
 

@@ -1,7 +1,6 @@
 """What the pictures share: colours, the Agg backend, atomic PNG writes."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 GIB = 2**30
@@ -33,15 +32,15 @@ def pyplot():
 
 
 def save_png(fig, path) -> Path:
-    """Write ``fig`` to ``path`` as PNG (atomically: a temp file, then a rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    """Write ``fig`` to ``path`` as PNG (atomically: a temp file with a unique name, then a
+    rename; two writers of one path never share a temp file)."""
+    import io
+
+    from primus_ext.util.files import atomic_write_bytes
+
+    buf = io.BytesIO()
     try:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight", format="png")
-        os.replace(tmp, path)
+        fig.savefig(buf, dpi=120, bbox_inches="tight", format="png")
     finally:
-        if tmp.exists():
-            tmp.unlink()
         pyplot().close(fig)
-    return path
+    return atomic_write_bytes(path, buf.getvalue(), "plot")

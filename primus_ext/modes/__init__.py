@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 
 MODES = ("project", "memory", "describe", "validate", "calibrate", "tune", "measure")
+OUTPUTS = ("table", "json")
 
 
 class NotAvailable(RuntimeError):
@@ -17,6 +18,8 @@ def dispatch(cfg):
     mode = cfg.mode
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} must be one of {', '.join(MODES)}")
+    if cfg.get("output", "table") not in OUTPUTS:
+        raise ValueError(f"output={cfg.output!r} must be one of {', '.join(OUTPUTS)}")
     try:
         module = importlib.import_module(f"primus_ext.modes.{mode}")
     except ModuleNotFoundError as exc:

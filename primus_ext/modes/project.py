@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 
 from primus_ext.config import spec_from_cfg
 from primus_ext.emit.console import gib, print_json, print_table
 from primus_ext.project.estimate import project
-from primus_ext.util.files import atomic_write_text
+from primus_ext.util.files import atomic_write_text, output_path
 
 
 def _estimate(cfg, spec, record: bool):
@@ -33,14 +34,25 @@ def _estimate(cfg, spec, record: bool):
 
 def run(cfg) -> dict:
     spec = spec_from_cfg(cfg)
+    for key in ("trace", "plot"):  # fail before the work, not after it
+        if cfg.get(key):
+            output_path(cfg[key], key)
     want_timeline = bool(cfg.get("plot") or cfg.get("trace"))
     est = _estimate(cfg, spec, want_timeline)
     out = est.to_dict()
     if cfg.get("layout_note"):
         out["layout_note"] = cfg.layout_note
     if cfg.get("trace"):
-        from primus_ext.project.trace import to_chrome_trace
-        atomic_write_text(cfg.trace, json.dumps(to_chrome_trace(est.timeline)))
+        from primus_ext.project.trace import MAX_EVENTS, to_chrome_trace
+        cap = cfg.get("trace_max_events", MAX_EVENTS)
+        trace = to_chrome_trace(est.timeline, max_events=cap)
+        atomic_write_text(cfg.trace, json.dumps(trace), "trace")
+        info = trace["primus_ext"]
+        if info["truncated"]:
+            print(f"primus-ext: trace {cfg.trace}: drew the first {info['ops_drawn']:,} of "
+                  f"{info['ops_total']:,} ops (up to {info['drawn_until_s']:.3g} s of the "
+                  f"{info['step_s']:.3g} s step); trace_max_events={cap} sets the cap "
+                  "(null: draw all)", file=sys.stderr)
     if cfg.get("plot"):
         from primus_ext.emit.plots import plot_timeline
         plot_timeline(est, cfg.plot)

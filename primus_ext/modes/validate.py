@@ -13,7 +13,7 @@ from primus_ext.emit.console import gib, print_json, print_table
 from primus_ext.project.calibration import load_calibration
 from primus_ext.project.validate import project_run, summarize
 from primus_ext.published import DEFAULT_PATH, read_runs
-from primus_ext.util.files import atomic_write_text
+from primus_ext.util.files import atomic_write_text, output_path
 
 COLUMNS = ("run_id", "tokens_per_s_per_gpu", "step_time_s", "tflops_per_gpu", "mfu",
            "peak_memory_gib", "fits", "error", "measured_tokens_per_s_per_gpu",
@@ -53,10 +53,12 @@ def write_csv(results, out) -> None:
     w.writeheader()
     for r in results:
         w.writerow(row_dict(r))
-    atomic_write_text(out, buf.getvalue())
+    atomic_write_text(out, buf.getvalue(), "out")
 
 
 def run(cfg) -> dict:
+    if cfg.get("out"):
+        output_path(cfg.out, "out")  # fail before the work, not after it
     results = validate(runs_path(cfg), cfg.get("calibration", "default"))
     if cfg.get("out"):
         write_csv(results, cfg.out)
@@ -66,6 +68,7 @@ def run(cfg) -> dict:
                        for g, n, med, p90 in summary]}
     if cfg.output == "json":
         print_json(out)
+        _check_projected(cfg, results)
         return out
     print_table("projected vs measured tokens/s/GPU",
                 ["run", "gpu", "model", "projected", "measured", "error", "note"],
@@ -77,4 +80,14 @@ def run(cfg) -> dict:
                  for r in results])
     print_table("absolute error of tokens/s/GPU", ["group", "rows", "median", "p90"],
                 [(g, n, f"{med:.1%}", f"{p90:.1%}") for g, n, med, p90 in summary])
+    _check_projected(cfg, results)
     return out
+
+
+def _check_projected(cfg, results) -> None:
+    """Exit non-zero (after the table) when not one row could be projected."""
+    if any(r.estimate is not None for r in results):
+        return
+    first = next((r.error for r in results if r.error), None)
+    raise ValueError(f"runs={str(runs_path(cfg))!r}: none of its {len(results)} row(s) could "
+                     "be projected" + (f"; first error: {first}" if first else ""))

@@ -2,8 +2,10 @@
 
 A calibration maps a hardware preset name to values of HardwareSpec efficiency fields
 (fractions of peak, latencies, per-kernel overheads). Nothing in it is keyed to a model,
-a source or a row. ``mode=calibrate`` writes one; ``mode=project`` and ``mode=validate``
-apply one (the committed fit on the public validation set is the default).
+a source or a row. ``mode=calibrate`` writes one (to a path the user names, or under the
+user's primus-ext home: ``default_output_path``); ``mode=project`` and ``mode=validate``
+apply one with ``calibration=FILE`` (the committed fit on the public validation set is
+the default).
 """
 from __future__ import annotations
 
@@ -82,6 +84,14 @@ def load_calibration(path: str | os.PathLike | None) -> Calibration:
             return EMPTY
         raise FileNotFoundError(f"calibration={path}: no such file")
     return _load(str(p), p.stat().st_mtime)
+
+
+def default_output_path() -> Path:
+    """Where ``mode=calibrate`` writes without ``out=``: the user's primus-ext home
+    (``$PRIMUS_EXT_HOME``, else ``~/.cache/primus-ext``), never the package."""
+    home = os.environ.get("PRIMUS_EXT_HOME") or os.path.join(
+        os.path.expanduser("~"), ".cache", "primus-ext")
+    return Path(home) / "calibration.json"
 
 
 def save_calibration(calib: Calibration, path: str | os.PathLike) -> None:

@@ -13,6 +13,7 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from primus_ext.spec import RunSpec, padded_vocab
+from primus_ext.spec._check import check_types
 from primus_ext.util.files import atomic_write_text
 
 SCHEMA_VERSION = 1
@@ -32,6 +33,9 @@ class CollectiveSeen:
     count: float  # calls per layer per microbatch (per step for kind 'step')
     seconds: float  # median per call on the measuring devices
     dtype: str = ""  # payload dtype (activations; fp32 routing weights; int64 counts)
+
+    def __post_init__(self) -> None:
+        check_types(self, "profile.collectives[i]")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -58,6 +62,9 @@ class KindTiming:
     # timed steps, every rank's (measure/routing.py; project/moe_balance.py).
     expert_loads: tuple[tuple[int, ...], ...] = ()
 
+    def __post_init__(self) -> None:
+        check_types(self, f"profile.layers.{self.kind}")
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CommFit:
@@ -68,6 +75,9 @@ class CommFit:
     gbps: float
     points: tuple[tuple[float, float], ...]  # (num_bytes, median seconds)
     max_rel_err: float
+
+    def __post_init__(self) -> None:
+        check_types(self, "profile.comm_fits[i]")
 
     def seconds(self, num_bytes: float) -> float:
         return self.alpha_s + num_bytes / (self.gbps * 1e9) if num_bytes > 0 else 0.0
@@ -121,6 +131,9 @@ class Profile:
     comm_fits: tuple[CommFit, ...] = ()
     notes: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        check_types(self, "profile")
+
     # ---- JSON ----------------------------------------------------------------------
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -158,7 +171,19 @@ class Profile:
                 data = json.load(f)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"profile {path} is not valid JSON: {exc}") from exc
-        return cls.from_dict(data)
+        if not isinstance(data, dict):
+            raise ValueError(f"profile={path}: not a profile (a JSON object); re-run "
+                             "mode=measure")
+        try:
+            return cls.from_dict(data)
+        except (TypeError, AttributeError, KeyError) as exc:
+            # A hand-edited or foreign file: one line saying what is wrong, not where in
+            # from_dict it broke.
+            what = (f"missing key {exc}" if isinstance(exc, KeyError) else
+                    "a field has the wrong type or name" if isinstance(exc, AttributeError)
+                    else str(exc).replace(".__init__()", ""))
+            raise ValueError(f"profile={path} is not a valid profile: {what}; re-run "
+                             "mode=measure") from None
 
     # ---- queries -------------------------------------------------------------------
     def fit(self, collective: str, group_size: int) -> CommFit | None:

@@ -1,7 +1,11 @@
 """Cell parsing of published-run rows: one RowError per bad cell, naming row and column."""
 from __future__ import annotations
 
+import math
+import re
 from typing import Mapping
+
+_INTEGER = re.compile(r"[+]?[0-9]+")
 
 
 class RowError(ValueError):
@@ -32,19 +36,25 @@ class _Row:
             if required:
                 raise self.fail(column, f"{value!r} is not an integer")
             return None
-        try:
-            number = float(value)
-        except ValueError:
-            raise self.fail(column, f"{value!r} is not an integer") from None
-        if number != int(number):
-            raise self.fail(column, f"{value!r} is not an integer")
-        return int(number)
+        # Whole numbers in decimal digits only: '1e3' or '8.0' in a count is more likely
+        # a column mix-up or a spreadsheet's rewrite than a count, so it is refused
+        # (one rule for every integer column) rather than read as 1000 or 8.
+        if not _INTEGER.fullmatch(value):
+            raise self.fail(column, f"{value!r} is not an integer (write it in digits, "
+                                    "e.g. 1024)")
+        return int(value)
 
-    def float_(self, column: str) -> float | None:
+    def float_(self, column: str, positive: bool = False) -> float | None:
+        """A number; ``positive``: a measured figure, which must be finite and > 0."""
         value = self.text(column)
         if not value:
             return None
         try:
-            return float(value)
+            number = float(value)
         except ValueError:
             raise self.fail(column, f"{value!r} is not a number") from None
+        if not math.isfinite(number):
+            raise self.fail(column, f"{value!r} is not a finite number")
+        if positive and number <= 0:
+            raise self.fail(column, f"{value!r} must be positive (a measured figure)")
+        return number

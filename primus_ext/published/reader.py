@@ -116,7 +116,7 @@ def parse_row(row: Mapping[str, str | None], line: int | None = None) -> Publish
                      "(core attention not halved for the causal mask); measured tokens/s "
                      "recovered with it")
     try:
-        measured = Measured(**{k: r.float_(col) for k, col in _MEASURED})
+        measured = Measured(**{k: r.float_(col, positive=True) for k, col in _MEASURED})
     except RowError as exc:
         return PublishedRun(**base, spec=None, error=str(exc), measured=Measured())
     preset = hw_name = None
@@ -388,13 +388,32 @@ def _train(r: _Row, par: ParallelSpec, world: int, measured: Measured,
 
 # ---- files --------------------------------------------------------------------------
 def read_runs(path: str | Path = DEFAULT_PATH) -> list[PublishedRun]:
-    """Every row of a published-runs CSV (measured_* columns may be absent)."""
+    """Every row of a published-runs CSV (measured_* columns may be absent).
+
+    File-level errors (no such file, not UTF-8 text, no run_id column, a run_id on two
+    rows) raise one ValueError naming the file; a bad row becomes that row's error."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"runs={str(path)!r}: no such file")
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        if not reader.fieldnames or "run_id" not in reader.fieldnames:
-            raise ValueError(f"{path}: not a published-runs CSV (no 'run_id' column in the "
-                             "header)")
-        return [parse_row(row, line=reader.line_num) for row in reader]
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.DictReader(f)
+            if not reader.fieldnames or "run_id" not in reader.fieldnames:
+                raise ValueError(f"runs={str(path)!r}: not a published-runs CSV (no "
+                                 "'run_id' column in the header)")
+            runs, lines = [], {}
+            for row in reader:
+                run = parse_row(row, line=reader.line_num)
+                key = (row.get("run_id") or "").strip()
+                if key and key in lines:
+                    raise ValueError(f"runs={str(path)!r}: run_id {key!r} appears twice "
+                                     f"(lines {lines[key]} and {reader.line_num}); each row "
+                                     "needs its own run_id")
+                lines[key] = reader.line_num
+                runs.append(run)
+            return runs
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"runs={str(path)!r} is not UTF-8 text (byte {exc.start}: "
+                         f"{exc.reason}); save it as a UTF-8 CSV") from None
+    except csv.Error as exc:
+        raise ValueError(f"runs={str(path)!r}: not a readable CSV ({exc})") from None

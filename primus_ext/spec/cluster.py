@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from primus_ext.spec._check import non_negative, positive
+from primus_ext.spec._check import check_types, non_negative, positive
 from primus_ext.spec.hardware import HardwareSpec
 
 
@@ -15,6 +15,7 @@ class ClusterSpec:
     gpu_hour_cost: float | None = None  # price of one GPU-hour, for cost objectives
 
     def __post_init__(self) -> None:
+        check_types(self, "cluster")
         positive("cluster", "num_nodes", self.num_nodes)
         if self.gpus_per_node is not None:
             positive("cluster", "gpus_per_node", self.gpus_per_node)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from primus_ext.spec._check import non_negative, positive
+from primus_ext.spec._check import check_types, non_negative, positive
 
 _OWNER = "hardware"
 
@@ -91,6 +91,7 @@ class HardwareSpec:
     calibration_family: str | None = None
 
     def __post_init__(self) -> None:
+        check_types(self, _OWNER)
         for f in ("bf16_tflops", "hbm_gbps", "scale_up_gbps", "scale_out_gbps"):
             v = getattr(self, f)
             non_negative(_OWNER, f, v)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from primus_ext.spec._check import divides, non_negative, one_of, positive
+from primus_ext.spec._check import check_types, divides, non_negative, one_of, positive
 
 _OWNER = "model"
 NORMALIZATIONS = ("RMSNorm", "LayerNorm")
@@ -63,6 +63,7 @@ class ModelSpec:
     mtp_num_layers: int = 0
 
     def __post_init__(self) -> None:
+        check_types(self, _OWNER)
         for f in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size",
                   "make_vocab_size_divisible_by", "max_position_embeddings",
                   "window_full_attention_every", "moe_layer_freq"):

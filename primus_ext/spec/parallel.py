@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from primus_ext.spec._check import non_negative, one_of, positive
+from primus_ext.spec._check import check_types, non_negative, one_of, positive
 
 _OWNER = "parallel"
 SCHEDULES = ("auto", "1f1b", "interleaved", "zb")
@@ -66,6 +66,7 @@ class ParallelSpec:
     pipeline_layout: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
+        check_types(self, _OWNER)
         for f in ("tp", "pp", "vpp", "cp", "ep"):
             positive(_OWNER, f, getattr(self, f))
         if self.etp is not None:

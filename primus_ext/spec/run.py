@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from primus_ext.spec._check import check_types
 from primus_ext.spec.cluster import ClusterSpec
 from primus_ext.spec.layout import PipelineLayout, pipeline_layout
 from primus_ext.spec.model import ModelSpec
@@ -22,6 +23,7 @@ class RunSpec:
     layout: PipelineLayout = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        check_types(self, "spec")
         check_run(self.model, self.parallel, self.train, self.cluster)
         object.__setattr__(self, "layout", pipeline_layout(self.model.num_layers,
                                                            self.parallel))

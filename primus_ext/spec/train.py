@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from primus_ext.spec._check import one_of, positive
+from primus_ext.spec._check import check_types, one_of, positive
 
 _OWNER = "train"
 PRECISIONS = ("bf16", "fp8", "fp16", "fp32")
@@ -71,6 +71,7 @@ class TrainSpec:
     offload_modules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        check_types(self, _OWNER)
         for f in ("seq_length", "micro_batch_size", "global_batch_size"):
             positive(_OWNER, f, getattr(self, f))
         one_of(_OWNER, "precision", self.precision, PRECISIONS)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -25,6 +26,7 @@ from primus_ext.tune.reference import Reference, find_reference
 from primus_ext.tune.search import exhaustive, guided
 from primus_ext.tune.settings import TuneSettings
 from primus_ext.tune.space import SearchSpace, describe, point_of
+from primus_ext.util.files import lock_dir
 
 log = logging.getLogger("primus_ext.tune")
 
@@ -113,17 +115,27 @@ def _job(spec: RunSpec) -> dict:
 
 
 def tune(spec_or_overrides: RunSpec | Sequence[str], settings: TuneSettings | dict | None = None,
-         *, overrides: Sequence[str] | None = None, memory_fn: Callable | None = None,
-         project_fn: Callable | None = None, llm_client: Any = None,
-         write: bool = True) -> TuneResult:
+         **kwargs) -> TuneResult:
     """Tune the layout of a job.
 
     ``spec_or_overrides``: a RunSpec, or Hydra override strings as for the CLI (then
     ``settings`` defaults to the composed ``tune`` group). ``settings``: TuneSettings, a
-    dict in the shape of the ``tune`` group, or None for the defaults. ``overrides``:
-    the user's overrides behind a RunSpec, so overrides.txt repeats them.
-    ``memory_fn`` / ``project_fn`` replace the memory model and projector (tests).
+    dict in the shape of the ``tune`` group, or None for the defaults. Keywords:
+    ``overrides``: the user's overrides behind a RunSpec, so overrides.txt repeats them;
+    ``memory_fn`` / ``project_fn`` replace the memory model and projector (tests);
+    ``llm_client``; ``write=False`` writes no recipe directory.
+
+    ``tune.out_dir`` is locked for the whole run (util/files.py: a second tuner on the
+    same directory fails at once) and released when this returns or raises.
     """
+    with ExitStack() as held:
+        return _tune(spec_or_overrides, settings, held=held, **kwargs)
+
+
+def _tune(spec_or_overrides: RunSpec | Sequence[str], settings: TuneSettings | dict | None,
+          *, held: ExitStack, overrides: Sequence[str] | None = None,
+          memory_fn: Callable | None = None, project_fn: Callable | None = None,
+          llm_client: Any = None, write: bool = True) -> TuneResult:
     if isinstance(spec_or_overrides, RunSpec):
         base = spec_or_overrides
         user_overrides = list(overrides) if overrides is not None else None
@@ -152,10 +164,11 @@ def tune(spec_or_overrides: RunSpec | Sequence[str], settings: TuneSettings | di
     out_dir = Path(settings.out_dir) if (settings.out_dir and write) else None
     journal = None
     if out_dir is not None:
+        held.enter_context(lock_dir(out_dir, "tune.out_dir"))
         journal = Journal(out_dir / "trials.jsonl",
                           {"job": _job(base), "job_key": job_key(base, settings.calibration),
                            "objective": settings.objective},
-                          resume=settings.resume)
+                          resume=settings.resume, overwrite=settings.overwrite)
     from primus_ext.emit.progress import TuneProgress
     progress = TuneProgress(settings, num_legal if strategy == "exhaustive"
                             else settings.max_candidates * len(clusters)) \

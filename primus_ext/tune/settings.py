@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 _OWNER = "tune"
+# Settings the user types under another key (tune.budget.*).
+_KEYS = {"max_candidates": "budget.candidates", "max_seconds": "budget.seconds"}
 STRATEGIES = ("auto", "exhaustive", "guided")
 OBJECTIVES = ("tokens_per_s_per_gpu", "step_time", "cost")
 BACKENDS = ("simulate", "hybrid")
@@ -56,6 +58,9 @@ class LLMSettings:
     top_trials: int = 8
 
     def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ValueError(f"tune.llm.enabled={self.enabled!r} must be a boolean (true or "
+                             "false)")
         for f in ("max_rounds", "candidates_per_round", "max_failures", "top_trials"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -75,6 +80,7 @@ class TuneSettings:
     top_k: int = 10
     out_dir: str | None = None  # None -> no recipe written (Python API) or a default
     resume: bool = False
+    overwrite: bool = False  # replace an existing journal in out_dir (resume: continue it)
     reference: str | None = "auto"
     backend: str = "simulate"
     hybrid_top_k: int = 5
@@ -100,8 +106,17 @@ class TuneSettings:
         for f in ("max_candidates", "restarts", "top_k", "hybrid_top_k"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"tune.{f}={v!r} must be a positive integer")
-        if self.max_seconds is not None and self.max_seconds <= 0:
+                raise ValueError(f"tune.{_KEYS.get(f, f)}={v!r} must be a positive integer")
+        for f in ("resume", "overwrite", "progress"):
+            if not isinstance(getattr(self, f), bool):
+                raise ValueError(f"tune.{f}={getattr(self, f)!r} must be a boolean (true or "
+                                 "false)")
+        if self.resume and self.overwrite:
+            raise ValueError("tune.resume=true and tune.overwrite=true exclude each other: "
+                             "continue the journal or replace it")
+        if self.max_seconds is not None and (
+                isinstance(self.max_seconds, bool)
+                or not isinstance(self.max_seconds, (int, float)) or not self.max_seconds > 0):
             raise ValueError(f"tune.budget.seconds={self.max_seconds!r} must be positive "
                              "or null")
         for hw, cost in self.gpu_hour_cost.items():

@@ -1,21 +1,48 @@
-"""Atomic file writes: a crash or Ctrl-C mid-write leaves the previous file intact."""
+"""Atomic file writes and directory locks.
+
+A write goes to a temp file with a unique name (``mkstemp``) beside the target, then
+``os.replace``: a crash or Ctrl-C mid-write leaves the previous file intact, and two
+writers of the same file never share a temp file (the last rename wins, whole).
+
+``lock_dir`` takes an exclusive ``fcntl.flock`` on ``DIR/.primus-ext.lock`` for as long
+as the returned lock is held; a second holder fails at once instead of interleaving its
+files with the first's. The kernel drops the lock when the process dies, so a killed run
+leaves nothing to clean up.
+"""
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
 
+LOCK_NAME = ".primus-ext.lock"
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+
+def output_path(path: str | os.PathLike, what: str) -> Path:
+    """``path`` as a file to write: refuses a directory and a parent that is a file, with
+    one error naming the setting (``what``); creates missing parent directories."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise ValueError(f"{what}={str(path)!r} is a directory; give a file path "
+                         f"(e.g. {str(path / 'out')!r})")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ValueError(f"{what}={str(path)!r}: a parent of it is a file, not a "
+                         "directory") from None
+    return path
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, what: str = "path") -> Path:
+    """Write ``data`` to ``path`` atomically (``what`` names the setting in errors)."""
+    path = output_path(path, what)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a written file gets the usual mode
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -24,3 +51,54 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, what: str = "path") -> Path:
+    return atomic_write_bytes(path, text.encode(), what)
+
+
+class DirLock:
+    """An exclusive lock on a directory, held until ``release`` (or process exit)."""
+
+    def __init__(self, directory: str | os.PathLike, what: str):
+        import fcntl
+
+        self.directory = Path(directory)
+        if self.directory.exists() and not self.directory.is_dir():
+            raise ValueError(f"{what}={str(self.directory)!r} is a file; it must be a "
+                             "directory (or a path that does not exist yet)")
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise ValueError(f"{what}={str(self.directory)!r}: a parent of it is a file, "
+                             "not a directory") from None
+        self.path = self.directory / LOCK_NAME
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = os.pread(self._fd, 64, 0).decode(errors="replace").strip()
+            finally:
+                os.close(self._fd)
+            who = f" (pid {holder})" if holder else ""
+            raise ValueError(f"{what}={str(self.directory)!r} is in use by another "
+                             f"run{who}; wait for it to finish or choose another "
+                             f"{what}") from None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the flock
+            self._fd = None
+
+    def __enter__(self) -> "DirLock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def lock_dir(directory: str | os.PathLike, what: str) -> DirLock:
+    return DirLock(directory, what)

@@ -5,6 +5,8 @@ import math
 import re
 
 _SAFE = re.compile(r"^[A-Za-z0-9_./:-]+$")
+_BACKSLASHES = re.compile(r"(\\*)('|$)")
+_INTERPOLATION = re.compile(r"(\\*)\$\{")
 
 
 def hydra_value(v) -> str:
@@ -20,7 +22,13 @@ def hydra_value(v) -> str:
     s = str(v)
     if _SAFE.match(s) and s not in ("null", "true", "false") and not _numeric(s):
         return s
-    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    # Hydra's quoted strings: backslashes are literal except in a run that ends at a
+    # quote (or at the closing quote), where they pair up; OmegaConf would resolve a
+    # "${...}" even inside quotes, so "${" is escaped as "\${" (a backslash run before it
+    # doubled, as OmegaConf pairs those up too).
+    s = _INTERPOLATION.sub(lambda m: m.group(1) * 2 + "\\${", s)
+    s = _BACKSLASHES.sub(lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), s)
+    return "'" + s + "'"
 
 
 def _numeric(s: str) -> bool:

@@ -322,6 +322,31 @@ def _spec(ns, name: str | None) -> RunSpec:
     backend = ns.attention_backend
     attn = "unfused" if backend in ("unfused", "local") else "flash"
     cluster = _cluster(ns, par.tp * par.pp * par.cp)
+    try:
+        return _run_spec(ns, model, par, cluster, gran, attn, precision)
+    except ValueError as exc:
+        note = _default_target_note(ns, cluster)
+        if note is None:
+            raise
+        raise ValueError(f"{exc} ({note})") from None
+
+
+def _default_target_note(ns, cluster: ClusterSpec) -> str | None:
+    """What the target defaults to, when no flag or environment variable names it: a
+    rule broken by that default (a batch too small for its data parallelism) reads as
+    the user's mistake unless the message says where the cluster came from."""
+    named = bool(ns.target_nodes or ns.target_hardware or ns.target_gpus_per_node
+                 or os.environ.get("PRIMUS_TARGET_HARDWARE") or _env_int("NNODES")
+                 or _env_int("WORLD_SIZE"))
+    if named:
+        return None
+    return (f"target: the default, {cluster.num_nodes} node(s) x {cluster.node_size} "
+            f"{cluster.hardware.name}, since no --target-nodes / --target-gpus-per-node / "
+            "--target-hardware was given; name the target, e.g. --target-hardware cpu "
+            "--target-nodes 1 --target-gpus-per-node 1")
+
+
+def _run_spec(ns, model, par, cluster, gran, attn, precision) -> RunSpec:
     dp = cluster.world_size // (par.tp * par.pp * par.cp) or 1
     train = TrainSpec(
         cross_entropy_loss_fusion=ns.cross_entropy_loss_fusion,

@@ -205,16 +205,16 @@ def torchrun_script(spec: RunSpec, title: str = "") -> str:
     c = spec.cluster
     groups = [model_args(spec), parallel_args(spec), train_args(spec), data_args(spec)]
     lines = ["#!/usr/bin/env bash",
-             f"# {title}" if title else "# primus-ext tune recipe",
-             f"# {c.num_nodes} node(s) x {c.node_size} {c.hardware.name}; run on every node "
-             "with NODE_RANK, MASTER_ADDR and MASTER_PORT set.",
+             _comment(title) if title else "# primus-ext tune recipe",
+             _comment(f"{c.num_nodes} node(s) x {c.node_size} {c.hardware.name}; run on every "
+                      "node with NODE_RANK, MASTER_ADDR and MASTER_PORT set."),
              "# NullTokenizer counts --vocab-size + 1 tokens (EOD): the flag is vocab_size - 1.",
              "# Projection only, same flags: replace $MEGATRON_LM/pretrain_gpt.py by "
              "primus-ext's launch/pretrain_gpt.py and add --project-only.",
              "set -euo pipefail",
              "MEGATRON_LM=${MEGATRON_LM:-/workspace/Megatron-LM}",
              f"export NNODES=${{NNODES:-{c.num_nodes}}}",
-             f"export PRIMUS_TARGET_HARDWARE=${{PRIMUS_TARGET_HARDWARE:-{c.hardware.name}}}"]
+             *_default_env("PRIMUS_TARGET_HARDWARE", c.hardware.name)]
     if c.gpus_per_node is not None:
         lines.append(f"export GPUS_PER_NODE=${{GPUS_PER_NODE:-{c.gpus_per_node}}}")
     if spec.parallel.resolved_schedule == "zb":
@@ -234,6 +234,21 @@ def torchrun_script(spec: RunSpec, title: str = "") -> str:
         lines.append(f"  {_join([str(x) for x in args])}{end}")
     lines.append("")
     return "\n".join(lines)
+
+
+def _default_env(name: str, value: str) -> list[str]:
+    """``export NAME=${NAME:-value}``; a value that is not a plain shell word is set,
+    quoted, on a line of its own first, so its expansion is one word whatever it holds."""
+    if shlex.quote(value) == value:
+        return [f"export {name}=${{{name}:-{value}}}"]
+    return [f"primus_default={shlex.quote(value)}",
+            f'export {name}="${{{name}:-$primus_default}}"']
+
+
+def _comment(text: str) -> str:
+    """One comment line: a newline or another control character in ``text`` (a model
+    name, a title) is written escaped, so nothing after it can become a command."""
+    return "# " + "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 def _join(args: list[str]) -> str:
