@@ -11,9 +11,9 @@ from tune_fakes import fake_memory, fake_project
 
 from primus_ext.presets import hardware_preset, model_preset
 from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec
-from primus_ext.tune.journal import read_journal, scan_journal
+from primus_ext.tune.journal import read_journal
 from primus_ext.tune.run import tune
-from primus_ext.util.files import atomic_write_text, lock_dir
+from primus_ext.util.files import atomic_write_text
 
 SETTINGS = dict(progress=False, reference=None, strategy="guided", budget={"candidates": 30})
 
@@ -31,6 +31,7 @@ def _tune(out, gbs=128, **extra):
 
 # ---- defect 2: two tuners, one directory ------------------------------------------
 def test_a_second_tuner_on_a_locked_out_dir_fails_at_once(tmp_path):
+    from primus_ext.util.files import lock_dir
     out = tmp_path / "recipe"
     with lock_dir(out, "tune.out_dir"):  # the first tuner, still running
         with pytest.raises(ValueError, match=r"tune.out_dir=.* is in use by another run"):
@@ -41,6 +42,7 @@ def test_a_second_tuner_on_a_locked_out_dir_fails_at_once(tmp_path):
 
 
 def test_the_lock_is_released_when_the_tuner_fails(tmp_path):
+    from primus_ext.util.files import lock_dir
     out = tmp_path / "recipe"
 
     def interrupted(spec):  # Ctrl-C before any trial finished: tune() raises
@@ -119,6 +121,7 @@ def test_a_bad_middle_line_is_skipped_and_counted(tmp_path, bad):
     k = len(lines) // 2
     damaged = b"\n".join(lines[:k] + [bad] + lines[k:])
     path.write_bytes(damaged)
+    from primus_ext.tune.journal import scan_journal
     scan = scan_journal(path)
     readable = bad.startswith(b'{"kind": "trial", "candidate"')  # JSON, but no metrics
     assert scan.bad_lines == ([] if readable else [k + 1])
