@@ -22,10 +22,8 @@ def compose(overrides=()):
 
 
 def _check_spec(fn: str, spec) -> None:
-    from primus_ext.spec import RunSpec
-    if not isinstance(spec, RunSpec):
-        raise TypeError(f"{fn}(spec={spec!r}): spec must be a RunSpec, e.g. "
-                        f"{fn}(primus_ext.compose(['model=llama3_70b']))")
+    from primus_ext.spec.run import require_spec
+    require_spec(fn, spec)
 
 
 def memory(spec):

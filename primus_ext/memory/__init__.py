@@ -21,6 +21,8 @@ class _CallableModule(types.ModuleType):
     ``memory_report``."""
 
     def __call__(self, spec, options=None):
+        from primus_ext.spec.run import require_spec
+        require_spec("memory", spec)
         return memory_report(spec, options)
 
 

@@ -13,6 +13,8 @@ import types
 class _CallableModule(types.ModuleType):
     def __call__(self, spec, **kwargs):
         from primus_ext.project.estimate import project as _project
+        from primus_ext.spec.run import require_spec
+        require_spec("project", spec)
         return _project(spec, **kwargs)
 
 

@@ -9,6 +9,7 @@ all-reduce, the local input of an all-to-all, the bytes sent by a p2p).
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field
 
@@ -64,6 +65,13 @@ class KindTiming:
 
     def __post_init__(self) -> None:
         check_types(self, f"profile.layers.{self.kind}")
+        for f in ("num_layers", "num_samples", "fwd_s", "bwd_s", "recompute_s"):
+            v = getattr(self, f)
+            if v is not None and v < 0:
+                raise ValueError(f"profile.layers.{self.kind}.{f}={v!r} must be non-negative")
+        if self.contention <= 0:
+            raise ValueError(f"profile.layers.{self.kind}.contention={self.contention!r} "
+                             "must be positive")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -114,6 +122,10 @@ def fit_alpha_beta(points: list[tuple[float, float]]) -> tuple[float, float, flo
     return a, 1.0 / b / 1e9, err
 
 
+_STEP_NUMBERS = ("step_s", "zero_grad_s", "fwd_bwd_s", "optimizer_s", "num_microbatches",
+                 "num_params_per_rank", "num_expert_params_per_rank")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Profile:
     schema_version: int = SCHEMA_VERSION
@@ -133,6 +145,11 @@ class Profile:
 
     def __post_init__(self) -> None:
         check_types(self, "profile")
+        for k in _STEP_NUMBERS:  # what the projection reads from ``step``
+            v = self.step.get(k)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                  or not math.isfinite(v) or v < 0):
+                raise ValueError(f"profile.step.{k}={v!r} must be a non-negative number")
 
     # ---- JSON ----------------------------------------------------------------------
     def to_dict(self) -> dict:

@@ -51,6 +51,14 @@ class RunSpec:
         return self.train.global_batch_size * self.train.seq_length
 
 
+def require_spec(fn: str, spec) -> None:
+    """The public API's entry check: ``fn(spec)`` was given something else than a RunSpec
+    (a string, None, a dict): one TypeError saying what it takes."""
+    if not isinstance(spec, RunSpec):
+        raise TypeError(f"{fn}(spec={spec!r}): spec must be a RunSpec, e.g. "
+                        f"{fn}(primus_ext.compose(['model=llama3_70b']))")
+
+
 def check_run(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
               cluster: ClusterSpec) -> None:
     """Legality of a layout for a model on a cluster (shared by specs and the tuner)."""

@@ -151,3 +151,13 @@ def test_cluster_and_model_types():
     assert ParallelSpec(pipeline_layout=None).pipeline_layout is None
     assert ModelSpec(name="m", num_layers=2, hidden_size=64, num_attention_heads=4,
                      hidden_dropout=0).hidden_dropout == 0  # an int is a number
+
+
+def test_python_api_misuse_after_the_subpackages_are_imported():
+    """primus_ext.project / .memory become the (callable) subpackages once imported."""
+    import primus_ext.memory  # noqa: F401
+    import primus_ext.project  # noqa: F401
+    with pytest.raises(TypeError, match=r"project\(spec=None\): spec must be a RunSpec"):
+        primus_ext.project(None)
+    with pytest.raises(TypeError, match=r"memory\(spec='x'\)"):
+        primus_ext.memory("x")
