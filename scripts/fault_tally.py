@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # after PYTHONPATH: the tally can be run against another tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
@@ -99,8 +99,9 @@ def classify_error(run: Run, needles=()) -> tuple[str, str]:
     if run.returncode == 0:
         return "silent", "accepted (exit 0)"
     if "Traceback" in run.stderr:
-        last = [x for x in run.stderr.splitlines() if x.strip()][-1:]
-        return "traceback", last[0] if last else ""
+        lines = [x for x in run.stderr.splitlines()
+                 if x.strip() and not x.startswith("Set the environment variable")]
+        return "traceback", lines[-1] if lines else ""
     text = run.stderr
     ours = run.error_lines
     hydra = "Error" in text or "Could not" in text or "Key '" in text

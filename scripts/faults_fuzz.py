@@ -159,7 +159,7 @@ def _finite_positive(v: str) -> bool:
 
 
 def _journals(out, work, n):
-    from primus_ext.tune.journal import Journal, scan_journal
+    from primus_ext.tune.journal import Journal
 
     d = work / "fuzz-journal"
     d.mkdir()
@@ -205,7 +205,7 @@ def _journals(out, work, n):
                         f"kept {len(kept)} of {len(good)} good trials"))
         else:
             out.append(("fuzz: journals", case, "survived",
-                        f"{len(scan_journal(path).bad_lines)} line(s) skipped and counted"))
+                        f"{len(getattr(j, 'bad_lines', ()))} line(s) skipped and counted"))
     one()
 
 

@@ -146,9 +146,9 @@ class Profile:
     def __post_init__(self) -> None:
         check_types(self, "profile")
         for k in _STEP_NUMBERS:  # what the projection reads from ``step``
-            v = self.step.get(k)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
-                                  or not math.isfinite(v) or v < 0):
+            v = self.step.get(k, 0)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                    or v < 0:
                 raise ValueError(f"profile.step.{k}={v!r} must be a non-negative number")
 
     # ---- JSON ----------------------------------------------------------------------
