@@ -39,7 +39,7 @@ def app(args, home, full_error: bool = False) -> Run:
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None
                                                                     else 1)
-            except BaseException as exc:  # noqa: BLE001 - a raise out of the app
+            except BaseException:  # noqa: BLE001 - a raise out of the app
                 import traceback
                 traceback.print_exc(file=err)
                 code = 1
