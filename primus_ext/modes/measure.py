@@ -66,6 +66,9 @@ def run(cfg) -> dict:
     from primus_ext.frameworks.megatron.runner import measure
 
     spec = spec_from_cfg(cfg)
+    if cfg.get("profile"):  # fail before the measurement, not after it
+        from primus_ext.util.files import output_path
+        output_path(cfg.profile, "profile")
     overrides = ()
     try:
         from hydra.core.hydra_config import HydraConfig

@@ -177,7 +177,8 @@ class Profile:
         return cls(**d)
 
     def save(self, path: str | os.PathLike) -> None:
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n",
+                          "profile")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Profile":
