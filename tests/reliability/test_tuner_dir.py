@@ -7,6 +7,8 @@ import json
 import threading
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tune_fakes import fake_memory, fake_project
 
 from primus_ext.presets import hardware_preset, model_preset
@@ -141,3 +143,34 @@ def test_a_bad_middle_line_is_skipped_and_counted(tmp_path, bad):
     for line in path.read_bytes().split(b"\n")[len(damaged.split(b"\n")):]:
         if line:
             json.loads(line)
+
+
+_GOOD = [{"kind": "trial", "index": i, "source": "search", "verdict": "oom", "reason": "x",
+          "candidate": {"tp": 2 ** (i % 4), "pp": i + 1}} for i in range(10)]
+_JUNK = st.one_of(st.binary(max_size=30).filter(lambda b: b"\n" not in b),
+                  st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=4),
+                               lambda c: st.lists(c, max_size=3) | st.dictionaries(
+                                   st.sampled_from(["kind", "candidate", "verdict"]), c,
+                                   max_size=3), max_leaves=5)
+                  .map(lambda v: json.dumps(v).encode()))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 10), _JUNK), min_size=1, max_size=4))
+def test_property_junk_lines_never_cost_a_good_trial(tmp_path_factory, inserts):
+    from primus_ext.tune.journal import Journal
+    path = tmp_path_factory.mktemp("j") / "trials.jsonl"
+    header = {"job": {"model": "m"}, "job_key": "k"}
+    with Journal(path, header) as j:
+        for rec in _GOOD:
+            j.append(rec)
+    lines = path.read_bytes().split(b"\n")[:-1]
+    for pos, bad in sorted(inserts, key=lambda x: -x[0]):
+        lines.insert(1 + pos, bad)
+    data = b"\n".join(lines) + b"\n"
+    path.write_bytes(data)
+    j = Journal(path, header, resume=True)
+    j.close()
+    assert path.read_bytes() == data  # nothing truncated, nothing rewritten
+    assert [r for r in j.resumed if r in _GOOD] == _GOOD
