@@ -114,9 +114,11 @@ def test_dropin_names_its_default_target(monkeypatch):
     msg = str(err.value)
     assert "global_batch_size=2" in msg
     assert "target: the default, 1 node(s) x 8 h100" in msg and "--target-hardware" in msg
-    spec = parse_launch_args(TINY + ["--target-hardware", "cpu", "--target-nodes", "1",
-                                     "--target-gpus-per-node", "2"]).spec
-    assert spec.world_size == 2
+    named = parse_launch_args(TINY + ["--target-hardware", "cpu", "--target-nodes", "1",
+                                      "--target-gpus-per-node", "2"])
+    assert named.spec.world_size == 2 and named.target_note is None
+    default = parse_launch_args(TINY[:-1] + ["8"])  # a batch the default target takes
+    assert default.target_note.startswith("target: the default, 1 node(s) x 8 h100")
     with pytest.raises(ValueError) as err:  # a named target: no note
         parse_launch_args(TINY + ["--target-nodes", "2"])
     assert "target: the default" not in str(err.value)

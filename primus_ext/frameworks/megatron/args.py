@@ -43,6 +43,7 @@ class LaunchArgs:
     measure_repeats: int
     num_microbatches: int
     ignored: tuple[str, ...]  # flags accepted and not modelled
+    target_note: str | None = None  # set when the target is the default (no flag named it)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -373,7 +374,9 @@ def parse_launch_args(argv: list[str] | None = None, *, name: str | None = None
     argv = list(sys.argv[1:] if argv is None else argv)
     ns, unknown = _parser().parse_known_args(argv)
     ignored = tuple(x for x in unknown if x.startswith("--"))
-    return LaunchArgs(spec=_spec(ns, name), train_iters=ns.train_iters,
+    spec = _spec(ns, name)
+    return LaunchArgs(spec=spec, target_note=_default_target_note(ns, spec.cluster),
+                      train_iters=ns.train_iters,
                       project_only=ns.project_only, profile_out=ns.profile_out,
                       projection_out=ns.projection_out, recipe_out=ns.recipe_out,
                       timings_out=ns.timings_out, layer_times=ns.log_layer_times,

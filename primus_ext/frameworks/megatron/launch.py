@@ -173,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     warn = ignored_warning(la.ignored)
     if warn and _rank() == 0:
         print(warn, file=sys.stderr, flush=True)
+    if la.project_only and la.target_note and _rank() == 0:
+        print(f"primus-ext: {la.target_note}", file=sys.stderr, flush=True)
     timings_out = la.timings_out
     if la.project_only:
         project_only(la, argv)
