@@ -115,27 +115,27 @@ def _job(spec: RunSpec) -> dict:
 
 
 def tune(spec_or_overrides: RunSpec | Sequence[str], settings: TuneSettings | dict | None = None,
-         **kwargs) -> TuneResult:
+         *, overrides: Sequence[str] | None = None, memory_fn: Callable | None = None,
+         project_fn: Callable | None = None, llm_client: Any = None,
+         write: bool = True) -> TuneResult:
     """Tune the layout of a job.
 
     ``spec_or_overrides``: a RunSpec, or Hydra override strings as for the CLI (then
     ``settings`` defaults to the composed ``tune`` group). ``settings``: TuneSettings, a
-    dict in the shape of the ``tune`` group, or None for the defaults. Keywords:
-    ``overrides``: the user's overrides behind a RunSpec, so overrides.txt repeats them;
-    ``memory_fn`` / ``project_fn`` replace the memory model and projector (tests);
-    ``llm_client``; ``write=False`` writes no recipe directory.
+    dict in the shape of the ``tune`` group, or None for the defaults. ``overrides``:
+    the user's overrides behind a RunSpec, so overrides.txt repeats them.
+    ``memory_fn`` / ``project_fn`` replace the memory model and projector (tests).
 
     ``tune.out_dir`` is locked for the whole run (util/files.py: a second tuner on the
     same directory fails at once) and released when this returns or raises.
     """
     with ExitStack() as held:
-        return _tune(spec_or_overrides, settings, held=held, **kwargs)
+        return _tune(spec_or_overrides, settings, held, overrides, memory_fn, project_fn,
+                     llm_client, write)
 
 
-def _tune(spec_or_overrides: RunSpec | Sequence[str], settings: TuneSettings | dict | None,
-          *, held: ExitStack, overrides: Sequence[str] | None = None,
-          memory_fn: Callable | None = None, project_fn: Callable | None = None,
-          llm_client: Any = None, write: bool = True) -> TuneResult:
+def _tune(spec_or_overrides, settings, held: ExitStack, overrides, memory_fn, project_fn,
+          llm_client, write) -> TuneResult:
     if isinstance(spec_or_overrides, RunSpec):
         base = spec_or_overrides
         user_overrides = list(overrides) if overrides is not None else None
