@@ -19,6 +19,15 @@ For ``C[M,N] = A[M,K] @ B[K,N]`` (``batch`` independent problems of that shape):
   epilogue dominates: this reproduces DeepGEMM's measured K=512 penalty (about 45%)
   and its K=1536..16384 points within 6% (achievable-performance.md 1.4) with one
   asymptotic efficiency, and the memory-bound regime of M=64/128-row GEMMs.
+- Grouped (MoE) GEMMs run as Transformer Engine's per-expert loop of cuBLAS GEMMs over
+  ``GROUPED_STREAMS`` = 4 CUDA streams (TE ``GroupedLinear`` -> ``general_grouped_gemm``
+  -> ``nvte_multi_stream_cublas_gemm``; ``transformer_engine/common/include/
+  transformer_engine/multi_streams.h`` ``num_streams = 4``): at most four experts' GEMMs
+  run at once, so while four experts' output tiles are fewer than ``sm_count`` SMs sit
+  idle (``grouped_stream_time_s``); K is not split across streams. A sequential
+  per-expert cuBLAS loop (``streams=1``) measured 112-130 TFLOP/s on H100 for
+  Qwen3-30B-A3B's up projection (128 experts x 512 rows, N 1536, K 2048;
+  tgale96/grouped_gemm PR #37), 13% of the BF16 peak.
 - ``in_step``: the GEMM runs inside a training step (every layer op does): the rate is
   further multiplied by ``gemm_in_step_ratio`` (sustained clocks, TE layouts and
   epilogues; 0.84 from SimuMax's in-TE B200 fit against MAMF, achievable-performance.md
@@ -37,6 +46,8 @@ from math import ceil
 from primus_ext.spec.hardware import HardwareSpec
 
 ALIGN_ELEMS = 64  # achievable-performance.md 1.4 (d): dims not a multiple of 64 run slower
+# Transformer Engine's grouped GEMM streams (multi_streams.h ``num_streams``).
+GROUPED_STREAMS = 4
 # Bytes per element of the GEMM inputs by compute dtype.
 INPUT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
 # The weight gradient accumulates into the fp32 main_grad (Megatron's
@@ -61,9 +72,11 @@ def asymptotic_efficiency(hw: HardwareSpec, dtype: str) -> float:
 
 def gemm_time_s(hw: HardwareSpec, m: float, n: float, k: float, *, dtype: str = "bf16",
                 out_bytes: float = 2.0, batch: int = 1, grouped: bool = False,
-                aligned: bool = True, in_step: bool = False) -> float:
+                aligned: bool = True, in_step: bool = False,
+                streams: int = GROUPED_STREAMS) -> float:
     """Seconds for ``batch`` GEMMs of shape M x N x K (one kernel, or one per group when
-    ``grouped``). ``m`` may be fractional (expected rows per expert)."""
+    ``grouped``, on ``streams`` CUDA streams). ``m`` may be fractional (expected rows per
+    expert)."""
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
     tile = hw.gemm_tile
@@ -81,6 +94,9 @@ def gemm_time_s(hw: HardwareSpec, m: float, n: float, k: float, *, dtype: str = 
     t_compute = 2.0 * m_pad * n_pad * k * batch / rate
     if hw.sm_count:
         t_compute = max(t_compute, wave_time_s(hw, m, n, k, batch, rate))
+        if grouped:
+            t_compute = max(t_compute, grouped_stream_time_s(hw, m, n, k, batch, rate,
+                                                             streams))
     t_stream = (m * k + k * n) * in_bytes * batch / bw
     t_epilogue = m * n * out_bytes * batch / bw
     kernels = batch if grouped else 1
@@ -102,6 +118,23 @@ def wave_time_s(hw: HardwareSpec, m: float, n: float, k: float, batch: int,
         return 0.0
     waves = ceil(tiles / hw.sm_count)
     return 2.0 * waves * hw.sm_count * tm * tn * k / rate
+
+
+def grouped_stream_time_s(hw: HardwareSpec, m: float, n: float, k: float, groups: int,
+                          rate: float, streams: int = GROUPED_STREAMS) -> float:
+    """Compute time of ``groups`` equal GEMMs issued one per group on ``streams`` CUDA
+    streams. Concurrent kernels share the SMs (the block scheduler fills an SM freed by
+    one with another's tiles), so while ``min(streams, groups)`` GEMMs hold at least
+    ``sm_count`` tiles the machine is full and the whole-machine wave time applies (0
+    here). Below that (small experts), each round of concurrent GEMMs is one tile time on
+    a partly idle machine."""
+    tm, tn = hw.gemm_tile, hw.gemm_tile_n
+    tiles = ceil(m / tm) * ceil(n / tn)
+    conc = max(min(int(streams), groups), 1)
+    if conc * tiles >= hw.sm_count:
+        return 0.0
+    rounds = ceil(groups / conc)
+    return 2.0 * rounds * hw.sm_count * tm * tn * k / rate
 
 
 def gemm_flops(m: float, n: float, k: float, batch: int = 1) -> float:

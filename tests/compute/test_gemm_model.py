@@ -121,3 +121,26 @@ def test_wave_quantisation_staircase():
     assert over / full == pytest.approx(2.0, rel=0.05)
     fewer = gemm_time_s(hw, 6 * tm, 11 * tn, k)  # 66 tiles: K split, no loss
     assert fewer / full == pytest.approx(0.5, rel=0.05)
+
+
+def test_grouped_gemm_streams_leave_sms_idle_for_small_experts():
+    """Qwen3-30B-A3B up projection on H100 in BF16, 128 experts x 512 rows, N 1536,
+    K 2048: a sequential per-expert cuBLAS loop measured 112.3-129.5 TFLOP/s
+    (tgale96/grouped_gemm PR #37, uniform to extreme skew). One stream: each expert's 24
+    output tiles occupy 24 of 132 SMs. Transformer Engine runs four streams
+    (multi_streams.h num_streams = 4): faster, still short of the full machine."""
+    hw = hardware_preset("h100")
+    shape = (512, 1536, 2048)
+    peak = hw.bf16_tflops
+
+    def tflops(streams):
+        return achieved_efficiency(hw, *shape, batch=128, grouped=True,
+                                   streams=streams) * peak
+
+    one = tflops(1)
+    assert 0.65 * 112.3 < one < 1.1 * 129.5
+    assert one < tflops(4) < tflops(128)
+    # Large experts fill the machine on any number of streams (no change).
+    big = dict(batch=4, grouped=True)
+    assert achieved_efficiency(hw, 8192, 4096, 7168, streams=1, **big) == \
+        achieved_efficiency(hw, 8192, 4096, 7168, **big)
