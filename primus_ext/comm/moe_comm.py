@@ -42,6 +42,11 @@ Overlap (``exposed`` windows, comm/overlap.py):
   window of the layer's four collectives is the layer's forward plus backward compute.
   Warm-up forwards and cool-down backwards are not merged: that fraction of microbatches
   keeps its collectives exposed.
+- The ``flex`` dispatcher's DeepEP kernels hold ``DEEPEP_NUM_SMS`` SMs while they run
+  (megatron-core ``TransformerConfig.moe_deepep_num_sms = 20``, passed to DeepEP's
+  ``Buffer.set_num_sms``): the compute they overlap runs on the other SMs, so each second
+  of overlap costs ``20 / sm_count`` of a second of compute (H100: 0.15), above the
+  generic ``comm_overlap_penalty`` of NCCL's channels (``overlap.sm_share_penalty``).
 - ``moe_shared_expert_overlap``: the shared experts run while the routed tokens travel:
   forward collectives hide behind the shared experts' forward, backward behind theirs.
 - Otherwise dispatch and combine are exposed.
@@ -52,12 +57,15 @@ from math import comb
 
 from primus_ext.comm.collectives import all_gather_s, network_and_link_s, reduce_scatter_s
 from primus_ext.comm.groups import group_span
-from primus_ext.comm.overlap import exposed_s
+from primus_ext.comm.overlap import exposed_s, sm_share_penalty
 from primus_ext.compute.costs import CommOp
 from primus_ext.spec.run import RunSpec
 
 _EP_OPS = (("dispatch", "fwd"), ("combine", "fwd"), ("combine_bwd", "bwd"),
            ("dispatch_bwd", "bwd"))
+# SMs the flex dispatcher's DeepEP kernels take (megatron-core transformer_config.py
+# moe_deepep_num_sms, default 20; the DeepEP backend is megatron-core's default for flex).
+DEEPEP_NUM_SMS = 20
 # The dispatchers' metadata collectives (op names; see the module docstring).
 METADATA_OPS = ("moe.ep_token_counts", "moe.ep_dispatch_probs", "moe.ep_dispatch_probs_bwd",
                 "moe.ep_gather_routing_map", "moe.ep_gather_probs", "moe.ep_gather_probs_bwd")
@@ -139,15 +147,18 @@ def ep_comm_ops(spec: RunSpec, tokens: float, width_bytes: float, *,
         size = tokens * spec.model.moe_router_topk * width_bytes
     total = sum(secs.values())
     merged = merged_fraction(spec) if par.overlap_moe_expert_parallel_comm else 0.0
+    pen = (sm_share_penalty(hw, DEEPEP_NUM_SMS)
+           if par.moe_token_dispatcher_type == "flex" else None)
     ops = []
     for name, phase in _EP_OPS:
         s = secs[name]
         if merged > 0:
             window = layer_compute_s * s / total
-            exp = merged * exposed_s(hw, s, window) + (1 - merged) * s
+            exp = merged * exposed_s(hw, s, window, penalty=pen) + (1 - merged) * s
         elif par.moe_shared_expert_overlap and (shared_fwd_s or shared_bwd_s):
             w = shared_fwd_s if phase == "fwd" else shared_bwd_s
-            exp = exposed_s(hw, s, w / 2)  # two collectives per phase share the window
+            # two collectives per phase share the window
+            exp = exposed_s(hw, s, w / 2, penalty=pen)
         else:
             exp = s
         ops.append(CommOp(name=f"moe.ep_{name}", axis="ep", collective=coll[name],

@@ -218,3 +218,33 @@ def test_any_legal_layout_gives_finite_positive_costs(arch, tp, cp, pp, ep, prec
         assert kind.fwd_s > 0
         for c in kind.comms:
             assert math.isfinite(c.seconds) and 0 <= c.exposed_s <= c.seconds + 1e-12
+
+
+def test_deepep_overlap_costs_the_sms_it_holds():
+    """DeepEP's kernels hold megatron-core's moe_deepep_num_sms SMs (read from the
+    installed megatron-core's TransformerConfig); the compute the flex dispatch overlaps
+    (merged 1F1B) runs on the other SMs, so the hidden part of each all-to-all costs
+    num_sms / sm_count of itself, where the NCCL all-to-all costs the generic penalty."""
+    import dataclasses
+
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from primus_ext.comm.moe_comm import DEEPEP_NUM_SMS, merged_fraction
+    fields = {f.name: f for f in dataclasses.fields(TransformerConfig)}
+    assert fields["moe_deepep_num_sms"].default == DEEPEP_NUM_SMS
+    hw = hardware_preset("h100")
+    kw = dict(ep=8, nodes=1, overlap_moe_expert_parallel_comm=True,
+              train=dict(global_batch_size=512))
+    ops = {}
+    for disp in ("alltoall", "flex"):
+        spec = run(mixtral(), moe_token_dispatcher_type=disp, **kw)
+        ops[disp] = {c.name: c for c in simulate_layer_costs(spec).kinds["moe"].comms}
+    merged = merged_fraction(spec)
+    for disp, pen in (("alltoall", hw.comm_overlap_penalty),
+                      ("flex", DEEPEP_NUM_SMS / hw.sm_count)):
+        op = ops[disp]["moe.ep_dispatch"]
+        # every all-to-all hides inside the merged window here: exposed = penalty part
+        # of the merged share + the unmerged share
+        expect = merged * pen * op.seconds + (1 - merged) * op.seconds
+        assert op.exposed_s == pytest.approx(expect, rel=1e-9)
+    assert DEEPEP_NUM_SMS / hw.sm_count > hw.comm_overlap_penalty
