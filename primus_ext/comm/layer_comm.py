@@ -40,6 +40,7 @@ from primus_ext.comm.moe_comm import ep_comm_ops
 from primus_ext.comm.overlap import exposed_s
 from primus_ext.comm.step_comm import grad_bytes_per_param
 from primus_ext.compute.ops import OpCost, Shapes
+from primus_ext.compute.layer_ops import routed_fraction
 from primus_ext.compute.costs import CommOp
 from primus_ext.spec.run import RunSpec
 
@@ -171,10 +172,15 @@ def mlp_comms(spec: RunSpec, sh: Shapes, ops: dict[str, OpCost], moe: bool,
         shared = [o for o in ops.values() if o.module == "shared_experts"]
         shared_f = sum(o.fwd_s for o in shared)
         shared_b = sum(o.dgrad_s + o.wgrad_s for o in shared)
-    tokens = sh.sp_tokens * m.moe_router_topk * sh.hidden * sh.act_bytes
+    # Dispatched rows follow the token dropping (padding is sent too); the allgather
+    # dispatcher gathers every token whatever the capacity.
+    routed = routed_fraction(sh)
+    tokens = sh.sp_tokens * m.moe_router_topk * routed * sh.hidden * sh.act_bytes
     if sh.ep > 1:
+        sent = (sh.sp_tokens if spec.parallel.moe_token_dispatcher_type == "allgather"
+                else sh.sp_tokens * routed)
         out += [(c, "moe") for c in ep_comm_ops(
-            spec, sh.sp_tokens, sh.hidden * sh.act_bytes, layer_compute_s=layer_compute_s,
+            spec, sent, sh.hidden * sh.act_bytes, layer_compute_s=layer_compute_s,
             shared_fwd_s=shared_f, shared_bwd_s=shared_b)]
     if sh.etp > 1:
         rows = tokens * sh.etp

@@ -5,9 +5,13 @@ TP, row-parallel proj / fc2 their inputs; norms, residuals and the router run on
 sequence-parallel shard (``sp_tokens``); core attention holds ``heads / tp`` heads and
 ``s / cp`` queries; routed experts hold ``E / ep`` experts of width ``ffn / etp`` and, under
 balanced routing, ``ep * etp * sp_tokens * topk / E`` rows each (= tokens * topk / E per
-expert over the expert-parallel group).
+expert over the expert-parallel group). With token dropping (``moe_expert_capacity_factor``)
+every rank sends an expert at most its capacity, exactly the capacity when padded
+(``routed_fraction``).
 """
 from __future__ import annotations
+
+from math import ceil
 
 from primus_ext.compute.attention import flash_attention, mean_keys_per_query, \
     unfused_attention
@@ -120,11 +124,33 @@ def dense_mlp_ops(sh: Shapes, width: int | None = None, prefix: str = "",
             linear(sh, f"{prefix}fc2", module, t, f, sh.hidden)]
 
 
+def routed_fraction(sh: Shapes) -> float:
+    """Rows a rank dispatches over ``sp_tokens * topk`` under balanced routing. Dropless:
+    1. With a capacity factor each expert takes at most ``capacity = ceil(T k / E * cf)``
+    of the rank's ``T`` tokens (megatron-core ``moe_utils.get_capacity`` on the router's
+    tokens x topk; ``apply_router_token_dropping``): ``min(T k / E, capacity)`` of its
+    balanced ``T k / E``; padded (``moe_pad_expert_input_to_capacity``), exactly the
+    capacity (``MoEAlltoAllTokenDispatcher.preprocess``: ``capacity * tp * ep`` rows per
+    local expert), so ``cf`` above 1 sends and computes padding."""
+    m = sh.model
+    cf = m.moe_expert_capacity_factor
+    if cf is None:
+        return 1.0
+    per = sh.sp_tokens * m.moe_router_topk / m.num_moe_experts
+    if per <= 0:
+        return 1.0
+    cap = ceil(per * cf)
+    kept = cap if m.moe_pad_expert_input_to_capacity else min(per, cap)
+    return kept / per
+
+
 def moe_rows(sh: Shapes) -> tuple[int, float, float]:
-    """(local experts, rows per local expert, rows on this rank) under balanced routing."""
+    """(local experts, rows per local expert, rows on this rank) under balanced routing
+    and the recipe's token dropping."""
     m = sh.model
     local = m.num_moe_experts // sh.ep
-    rows_rank = sh.etp * sh.sp_tokens * m.moe_router_topk  # after the expert-TP gather
+    # after the expert-TP gather
+    rows_rank = sh.etp * sh.sp_tokens * m.moe_router_topk * routed_fraction(sh)
     return local, rows_rank / local, rows_rank
 
 
@@ -139,6 +165,7 @@ def moe_ops(sh: Shapes) -> list[OpCost]:
     h, ts, k, e = sh.hidden, sh.sp_tokens, m.moe_router_topk, m.num_moe_experts
     ab = sh.act_bytes
     local, rows_e, rows = moe_rows(sh)
+    routed = ts * k * routed_fraction(sh)  # rows this rank dispatches
     f = m.expert_ffn_size // sh.etp
     fc1_out = 2 * f if m.gated else f
     logits = ts * e * 4.0  # router scores in fp32: softmax/sigmoid, top-k, aux loss
@@ -147,8 +174,8 @@ def moe_ops(sh: Shapes) -> list[OpCost]:
                   else sh.gemm_dtype),
            memory_op(sh, "router_topk", "moe", 4 * logits, 3 * logits, fwd_kernels=4,
                      bwd_kernels=3),
-           memory_op(sh, "permute", "moe", ts * h * ab + ts * k * h * ab,
-                     ts * h * ab + ts * k * h * ab, gather=True)]
+           memory_op(sh, "permute", "moe", ts * h * ab + routed * h * ab,
+                     ts * h * ab + routed * h * ab, gather=True)]
     sort = local > 1 and sh.ep > 1
     if sort:
         ops.append(memory_op(sh, "sort_chunks", "moe", 2 * rows * h * ab, 2 * rows * h * ab,
@@ -159,8 +186,8 @@ def moe_ops(sh: Shapes) -> list[OpCost]:
     if sort:
         ops.append(memory_op(sh, "unsort_chunks", "moe", 2 * rows * h * ab,
                              2 * rows * h * ab, gather=True))
-    ops.append(memory_op(sh, "unpermute", "moe", ts * k * h * ab + ts * h * ab + ts * k * 4,
-                         ts * k * h * ab + ts * h * ab + ts * k * 4, gather=True))
+    ops.append(memory_op(sh, "unpermute", "moe", routed * h * ab + ts * h * ab + routed * 4,
+                         routed * h * ab + ts * h * ab + routed * 4, gather=True))
     if m.moe_shared_expert_intermediate_size:
         ops += dense_mlp_ops(sh, m.moe_shared_expert_intermediate_size, "shared_",
                              "shared_experts")

@@ -52,6 +52,11 @@ class ModelSpec:
     # token's top-k experts come from its group_topk best groups (DeepSeek-V3: 8 and 4).
     moe_router_num_groups: int | None = None
     moe_router_group_topk: int | None = None
+    # Token dropping (megatron-core moe_expert_capacity_factor / moe_pad_expert_input_to_
+    # capacity): each expert takes at most ceil(T k / E * factor) of a rank's T tokens
+    # (moe_utils.get_capacity); with padding it takes exactly that many. None: dropless.
+    moe_expert_capacity_factor: float | None = None
+    moe_pad_expert_input_to_capacity: bool = False
     # Multi-latent attention (DeepSeek-V2/V3).
     multi_latent_attention: bool = False
     q_lora_rank: int | None = None
@@ -112,6 +117,13 @@ class ModelSpec:
                         f"model.moe_router_topk={self.moe_router_topk} exceeds the "
                         f"{gk * (self.num_moe_experts // g)} experts of moe_router_group_topk="
                         f"{gk} groups")
+            cf = self.moe_expert_capacity_factor
+            if cf is not None and not cf > 0:
+                raise ValueError(f"model.moe_expert_capacity_factor={cf} must be positive "
+                                 "(or null for dropless routing)")
+            if self.moe_pad_expert_input_to_capacity and cf is None:
+                raise ValueError("model.moe_pad_expert_input_to_capacity=True requires "
+                                 "moe_expert_capacity_factor (megatron-core rule)")
             if self.moe_first_k_dense >= self.num_layers:
                 raise ValueError(
                     f"model.moe_first_k_dense={self.moe_first_k_dense} must be below "

@@ -119,3 +119,43 @@ def test_fp8_gemms_faster_and_attention_unchanged():
     assert f8["fc1"].fwd_s < 0.8 * bf["fc1"].fwd_s
     assert f8["core_attn"] == bf["core_attn"]
     assert f8["fc1"].fwd_bytes > bf["fc1"].fwd_bytes / 2  # casts are counted
+
+
+@pytest.mark.parametrize("cf,pad", [(None, False), (0.5, False), (1.25, False),
+                                    (0.5, True), (1.25, True)])
+def test_token_dropping_rows_match_megatron_core(cf, pad):
+    """Rows per expert under token dropping, against megatron-core's own router code on
+    CPU: apply_router_token_dropping on a perfectly balanced routing map of this rank's
+    tokens (each expert picked by T k / E of them) keeps min(T k / E, capacity) per
+    expert, or exactly the capacity when padded; dropless keeps every pair."""
+    import torch
+    from megatron.core.transformer.moe.moe_utils import apply_router_token_dropping
+
+    experts, topk, seq = 8, 2, 256
+    spec = run(mixtral(num_layers=2, num_moe_experts=experts, moe_router_topk=topk,
+                       moe_expert_capacity_factor=cf, moe_pad_expert_input_to_capacity=pad),
+               ep=1, nodes=1, gpn=1, train=dict(seq_length=seq, global_batch_size=8))
+    local, rows_e, rows = moe_rows(Shapes(spec))
+    tokens = seq
+    # token t picks experts (t, t + 1) mod E: every expert is picked 2 T / E times
+    routing = torch.zeros(tokens, experts, dtype=torch.bool)
+    for t in range(tokens):
+        for j in range(topk):
+            routing[t, (t + j) % experts] = True
+    g = torch.Generator().manual_seed(0)
+    probs = torch.rand(tokens, experts, generator=g) * routing
+    if cf is None:
+        kept = routing.sum(dim=0)
+    else:
+        _, mask = apply_router_token_dropping(probs, routing, topk, cf, pad_to_capacity=pad)
+        kept = mask.sum(dim=0)
+    assert local == experts
+    assert all(int(v) == pytest.approx(rows_e) for v in kept)
+    assert rows == pytest.approx(float(kept.sum()))
+
+
+def test_capacity_factor_rules():
+    with pytest.raises(ValueError, match="moe_pad_expert_input_to_capacity"):
+        mixtral(moe_pad_expert_input_to_capacity=True)
+    with pytest.raises(ValueError, match="moe_expert_capacity_factor"):
+        mixtral(moe_expert_capacity_factor=0.0)

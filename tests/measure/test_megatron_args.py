@@ -39,6 +39,8 @@ BASE = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "8
      "train.exp_avg_dtype=fp8", "train.exp_avg_sq_dtype=bf16", "train.te=false"],
     ["model=mixtral_8x7b", "cluster.num_nodes=2", "parallel.ep=8",
      "train.offload_modules=[core_attn,attn_proj,expert_fc1]"],
+    ["model=mixtral_8x7b", "cluster.num_nodes=2", "parallel.ep=8",
+     "model.moe_expert_capacity_factor=1.25", "model.moe_pad_expert_input_to_capacity=true"],
 ])
 def test_round_trip_with_the_recipe_emitter(overrides):
     spec = compose(overrides)

@@ -81,6 +81,8 @@ def _parser() -> argparse.ArgumentParser:
     a("--moe-layer-freq", default=None)
     a("--moe-router-num-groups", type=int)
     a("--moe-router-group-topk", type=int)
+    a("--moe-expert-capacity-factor", type=float)
+    a("--moe-pad-expert-input-to-capacity", action="store_true")
     a("--multi-latent-attention", action="store_true")
     a("--q-lora-rank", type=int)
     a("--kv-lora-rank", type=int, default=512)
@@ -252,6 +254,8 @@ def _spec(ns, name: str | None) -> RunSpec:
     model = ModelSpec(
         moe_router_num_groups=ns.moe_router_num_groups,
         moe_router_group_topk=ns.moe_router_group_topk,
+        moe_expert_capacity_factor=ns.moe_expert_capacity_factor,
+        moe_pad_expert_input_to_capacity=ns.moe_pad_expert_input_to_capacity,
         name=name or ns.model_name or f"gpt-{L}l-{ns.hidden_size}h",
         num_layers=L, hidden_size=ns.hidden_size,
         num_attention_heads=ns.num_attention_heads, ffn_hidden_size=ns.ffn_hidden_size,

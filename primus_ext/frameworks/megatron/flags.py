@@ -81,6 +81,10 @@ def model_args(spec: RunSpec) -> list[str]:
         if m.moe_router_num_groups:
             a += ["--moe-router-num-groups", m.moe_router_num_groups,
                   "--moe-router-group-topk", m.moe_router_group_topk]
+        if m.moe_expert_capacity_factor is not None:
+            a += ["--moe-expert-capacity-factor", m.moe_expert_capacity_factor]
+            if m.moe_pad_expert_input_to_capacity:
+                a.append("--moe-pad-expert-input-to-capacity")
         freq = _moe_layer_freq(spec)
         if freq is not None:
             a += ["--moe-layer-freq", freq]
