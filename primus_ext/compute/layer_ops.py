@@ -11,7 +11,9 @@ every rank sends an expert at most its capacity, exactly the capacity when padde
 """
 from __future__ import annotations
 
-from math import ceil
+from dataclasses import replace
+from math import ceil, sqrt
+from statistics import NormalDist
 
 from primus_ext.compute.attention import flash_attention, mean_keys_per_query, \
     unfused_attention
@@ -144,6 +146,49 @@ def routed_fraction(sh: Shapes) -> float:
     return kept / per
 
 
+def expected_max_normal(n: int) -> float:
+    """E[max of n iid standard normals] (0 for n <= 1; exact for 2, Blom otherwise)."""
+    if n <= 1:
+        return 0.0
+    if n == 2:
+        return 1.0 / sqrt(3.141592653589793)
+    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
+
+
+def routing_spread_factor(sh: Shapes) -> float:
+    """Busiest EP rank's routed rows over the mean, under balanced routing.
+
+    Balanced routing is uniform random routing: megatron-core's benchmark mode
+    (``moe_router_force_load_balancing``, ``moe_utils.RandomSTE``) replaces the router
+    logits with standard normals, so each token picks ``k`` distinct experts uniformly. A
+    rank holding ``E / ep`` experts receives from each of the ``N = ep * etp * T`` tokens
+    of its group a hypergeometric count (mean ``k / ep``, variance ``k p (1 - p) (E - k)
+    / (E - 1)``, ``p = 1 / ep``); the combine all-to-all waits for the busiest of ``ep``
+    ranks. The ranks' loads sum to ``N k`` (correlation ``-1 / (ep - 1)``), so the
+    busiest is ``1 + cv * sqrt(ep / (ep - 1)) * E[max of ep standard normals]`` (for two
+    ranks ``cv * sqrt(2 / pi)``, exact). Token dropping caps every expert at its capacity
+    (exactly, when padded; at the mean for factors up to 1): 1."""
+    m = sh.model
+    ep = sh.ep
+    if ep <= 1 or m.moe_expert_capacity_factor is not None:
+        return 1.0
+    e, k = m.num_moe_experts, m.moe_router_topk
+    n = ep * sh.etp * sh.sp_tokens
+    if n <= 0 or e <= 1:
+        return 1.0
+    p = 1.0 / ep
+    mean = n * k * p
+    var = n * k * p * (1 - p) * (e - k) / (e - 1)
+    return 1.0 + sqrt(var) / mean * sqrt(ep / (ep - 1)) * expected_max_normal(ep)
+
+
+def _slowed(op: OpCost, factor: float) -> OpCost:
+    if factor == 1.0:
+        return op
+    return replace(op, fwd_s=op.fwd_s * factor, dgrad_s=op.dgrad_s * factor,
+                   wgrad_s=op.wgrad_s * factor)
+
+
 def moe_rows(sh: Shapes) -> tuple[int, float, float]:
     """(local experts, rows per local expert, rows on this rank) under balanced routing
     and the recipe's token dropping."""
@@ -177,15 +222,19 @@ def moe_ops(sh: Shapes) -> list[OpCost]:
            memory_op(sh, "permute", "moe", ts * h * ab + routed * h * ab,
                      ts * h * ab + routed * h * ab, gather=True)]
     sort = local > 1 and sh.ep > 1
+    # ops on the received rows run as long as the busiest rank's (routing_spread_factor)
+    spread = routing_spread_factor(sh)
+    expert_ops = []
     if sort:
-        ops.append(memory_op(sh, "sort_chunks", "moe", 2 * rows * h * ab, 2 * rows * h * ab,
-                             gather=True))
-    ops.append(linear(sh, "experts_fc1", "moe", rows_e, h, fc1_out, groups=local))
-    ops.append(gated_activation(sh, "experts_act", "moe_act", rows, f))
-    ops.append(linear(sh, "experts_fc2", "moe", rows_e, f, h, groups=local))
+        expert_ops.append(memory_op(sh, "sort_chunks", "moe", 2 * rows * h * ab,
+                                    2 * rows * h * ab, gather=True))
+    expert_ops.append(linear(sh, "experts_fc1", "moe", rows_e, h, fc1_out, groups=local))
+    expert_ops.append(gated_activation(sh, "experts_act", "moe_act", rows, f))
+    expert_ops.append(linear(sh, "experts_fc2", "moe", rows_e, f, h, groups=local))
     if sort:
-        ops.append(memory_op(sh, "unsort_chunks", "moe", 2 * rows * h * ab,
-                             2 * rows * h * ab, gather=True))
+        expert_ops.append(memory_op(sh, "unsort_chunks", "moe", 2 * rows * h * ab,
+                                    2 * rows * h * ab, gather=True))
+    ops += [_slowed(o, spread) for o in expert_ops]
     ops.append(memory_op(sh, "unpermute", "moe", routed * h * ab + ts * h * ab + routed * 4,
                          routed * h * ab + ts * h * ab + routed * 4, gather=True))
     if m.moe_shared_expert_intermediate_size:

@@ -159,3 +159,32 @@ def test_capacity_factor_rules():
         mixtral(moe_pad_expert_input_to_capacity=True)
     with pytest.raises(ValueError, match="moe_expert_capacity_factor"):
         mixtral(moe_expert_capacity_factor=0.0)
+
+
+def test_balanced_routing_spread_matches_megatron_core_random_routing():
+    """Balanced routing is megatron-core's benchmark routing (moe_router_force_load_
+    balancing: RandomSTE draws the logits from a standard normal) through its own
+    topk_routing_with_score_function on CPU: the busiest of 4 EP ranks' routed rows over
+    the mean, averaged over draws, against routing_spread_factor."""
+    import torch
+    from megatron.core.transformer.moe.moe_utils import topk_routing_with_score_function
+
+    from primus_ext.compute.layer_ops import routing_spread_factor
+    experts, topk, ep, seq = 16, 2, 4, 64
+    spec = run(mixtral(num_layers=2, num_moe_experts=experts, moe_router_topk=topk),
+               ep=ep, nodes=1, gpn=4, train=dict(seq_length=seq, global_batch_size=64))
+    sh = Shapes(spec)
+    assert sh.sp_tokens == seq
+    g = torch.Generator().manual_seed(0)
+    draws, ratios = 3000, []
+    for _ in range(draws):
+        logits = torch.randn(ep * seq, experts, generator=g)
+        _, routing = topk_routing_with_score_function(logits, topk)
+        ranks = routing.sum(dim=0).view(ep, experts // ep).sum(dim=1).double()
+        ratios.append(float(ranks.max() / ranks.mean()))
+    measured = sum(ratios) / draws
+    model = routing_spread_factor(sh)
+    assert model > 1.03  # a visible spread at 128 rows per rank
+    assert model == pytest.approx(measured, abs=0.006)
+    # dropless only; one EP rank has nothing to wait for
+    assert routing_spread_factor(Shapes(run(mixtral(), ep=1, nodes=1))) == 1.0
