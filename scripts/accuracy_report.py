@@ -86,12 +86,14 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   SMs left idle when Transformer Engine's four streams of per-expert GEMMs hold fewer
   tiles than SMs), the dispatcher's all-to-all and metadata at the real intra/inter-node
   split, DeepEP's SM reservation against the compute it overlaps, and token dropping
-  (capacity factor, padding) where a recipe sets it, under balanced routing: the NVIDIA
-  benchmark recipes force it (Megatron-Bridge `perf_recipes/_common.py`
-  `_benchmark_common`: `moe_router_force_load_balancing = True` for every MoE model).
-  The NVIDIA MoE rows are still projected 5-15 % fast, Mixtral 8x22B (coarse experts, CP 8)
-  included, so the remaining gap is not specific to small experts; a user's dropless run
-  with a trained router adds the spread of tokens per expert, which is not modelled.
+  (capacity factor, padding) where a recipe sets it. Routing is the NVIDIA benchmark
+  recipes' (Megatron-Bridge `perf_recipes/_common.py` `_benchmark_common`:
+  `moe_router_force_load_balancing = True` for every MoE model: random normal logits),
+  with the busiest EP rank's share of that random routing. The NVIDIA MoE rows are still
+  projected 5-15 % fast, Mixtral 8x22B (coarse experts, CP 8) included, so the remaining
+  gap is not specific to small experts; a user's dropless run with a trained router adds
+  a wider spread of tokens per expert (measured routing in hybrid mode), which simulate
+  does not model.
 """
 
 
