@@ -40,7 +40,7 @@ from primus_ext.comm.moe_comm import ep_comm_ops
 from primus_ext.comm.overlap import exposed_s
 from primus_ext.comm.step_comm import grad_bytes_per_param
 from primus_ext.compute.ops import OpCost, Shapes
-from primus_ext.compute.layer_ops import routed_fraction
+from primus_ext.compute.layer_ops import routed_fraction, routing_spread_factor
 from primus_ext.compute.costs import CommOp
 from primus_ext.spec.run import RunSpec
 
@@ -181,7 +181,8 @@ def mlp_comms(spec: RunSpec, sh: Shapes, ops: dict[str, OpCost], moe: bool,
                 else sh.sp_tokens * routed)
         out += [(c, "moe") for c in ep_comm_ops(
             spec, sent, sh.hidden * sh.act_bytes, layer_compute_s=layer_compute_s,
-            shared_fwd_s=shared_f, shared_bwd_s=shared_b)]
+            shared_fwd_s=shared_f, shared_bwd_s=shared_b,
+            busiest=routing_spread_factor(sh))]
     if sh.etp > 1:
         rows = tokens * sh.etp
         out.append(_comm(spec, "moe.etp_all_gather", "etp", "all_gather", rows, "fwd", None,

@@ -120,12 +120,16 @@ def _ep_bytes(spec: RunSpec, tokens: float, width_bytes: float) -> tuple[float, 
 
 
 def ep_comm_ops(spec: RunSpec, tokens: float, width_bytes: float, *,
-                layer_compute_s: float, shared_fwd_s: float, shared_bwd_s: float
-                ) -> list[CommOp]:
+                layer_compute_s: float, shared_fwd_s: float, shared_bwd_s: float,
+                busiest: float = 1.0) -> list[CommOp]:
     """The EP collectives of one MoE layer for one microbatch, with their exposure.
 
     ``layer_compute_s``: the layer's forward + backward compute (the merged-schedule
-    window); ``shared_*_s``: the shared experts' compute of each phase."""
+    window); ``shared_*_s``: the shared experts' compute of each phase; ``busiest``: the
+    busiest EP rank's routed rows over the mean (``layer_ops.routing_spread_factor``):
+    every rank sends ``T k`` rows, but a token all-to-all ends when the busiest rank has
+    received (dispatch) or sent back (combine) its rows, so its time scales by it;
+    ``num_bytes`` stays the mean rank's."""
     par = spec.parallel
     hw = spec.cluster.hardware
     span = group_span(spec, "ep")
@@ -140,7 +144,7 @@ def ep_comm_ops(spec: RunSpec, tokens: float, width_bytes: float, *,
                 "combine_bwd": "all_gather", "dispatch_bwd": "reduce_scatter"}
         size = nbytes
     else:
-        up, out = _ep_bytes(spec, tokens, width_bytes)
+        up, out = _ep_bytes(spec, tokens * busiest, width_bytes)
         t = network_and_link_s(hw, span, up, out, a2a=True)
         secs = {n: t for n, _ in _EP_OPS}
         coll = {n: "all_to_all" for n, _ in _EP_OPS}

@@ -248,3 +248,25 @@ def test_deepep_overlap_costs_the_sms_it_holds():
         expect = merged * pen * op.seconds + (1 - merged) * op.seconds
         assert op.exposed_s == pytest.approx(expect, rel=1e-9)
     assert DEEPEP_NUM_SMS / hw.sm_count > hw.comm_overlap_penalty
+
+
+def test_token_all_to_all_waits_for_the_busiest_rank():
+    """Every rank sends T k rows; under random balanced routing the busiest receiver
+    (layer_ops.routing_spread_factor) sets the all-to-all's end: its bandwidth time
+    scales by that factor, its bytes stay the mean rank's."""
+    from primus_ext.comm.moe_comm import ep_comm_ops
+    from primus_ext.compute.layer_ops import routing_spread_factor
+    from primus_ext.compute.ops import Shapes
+    spec = run(mixtral(), ep=8, nodes=1, train=dict(global_batch_size=64, seq_length=512))
+    sh = Shapes(spec)
+    f = routing_spread_factor(sh)
+    assert f > 1.01
+    kw = dict(layer_compute_s=0.0, shared_fwd_s=0.0, shared_bwd_s=0.0)
+    width = sh.hidden * sh.act_bytes
+    mean = {c.name: c for c in ep_comm_ops(spec, sh.sp_tokens, width, **kw)}
+    busy = {c.name: c for c in ep_comm_ops(spec, sh.sp_tokens, width, busiest=f, **kw)}
+    sim = {c.name: c for c in simulate_layer_costs(spec).kinds["moe"].comms}
+    d = "moe.ep_dispatch"
+    assert busy[d].num_bytes == mean[d].num_bytes == sim[d].num_bytes
+    assert sim[d].seconds == pytest.approx(busy[d].seconds)
+    assert mean[d].seconds < busy[d].seconds < f * mean[d].seconds
