@@ -23,16 +23,8 @@ scaled by ``1 / sqrt(experts_per_rank)`` (independent experts).
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
 
-
-def expected_max_normal(n: int) -> float:
-    """E[max of n iid standard normals] (0 for n <= 1; exact for 2, Blom otherwise)."""
-    if n <= 1:
-        return 0.0
-    if n == 2:
-        return 1.0 / math.sqrt(math.pi)
-    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
+from primus_ext.compute.layer_ops import expected_max_normal
 
 
 def _cv(values: list[float]) -> float | None:
