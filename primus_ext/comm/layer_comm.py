@@ -17,9 +17,13 @@ exposed, hidden time charged ``comm_overlap_penalty``):
 - **CP p2p** (ring attention): ``cp - 1`` K/V exchanges per forward (K/V plus dK/dV in
   backward), each overlapped with the attention step on the previous chunk.
   **CP a2a** (Ulysses): Q, K, V in and O out per forward, the mirror in backward; exposed.
-  **CP allgather** (TE all_gather, PyTorch context_parallel rotate_method=allgather): one
-  all-gather of the sequence's K/V per forward, hidden behind the first attention call;
-  in backward a second gather and a reduce-scatter of dK/dV behind the first call.
+  **CP allgather**: one all-gather of the sequence's K/V per forward; in backward a
+  second gather and a reduce-scatter of dK/dV. PyTorch context_parallel
+  (rotate_method=allgather, torchtitan) issues the gather asynchronously behind the
+  first (local) attention step. Transformer Engine's ``AttnFuncWithCPAndKVAllGather``
+  (megatron-core cp_comm_type=all_gather, ``uses_te``) gathers K/V synchronously before
+  any attention call (``gather_along_first_dim`` without async_op, forward and
+  backward) and reduce-scatters dK/dV after the last: all three exposed.
 - **EP**: token dispatch and combine (forward) and their mirrors (backward), by the
   dispatcher and overlap rules of comm/moe_comm.py (``moe_token_dispatcher_type``,
   ``overlap_moe_expert_parallel_comm``, ``moe_shared_expert_overlap``). Expert TP adds
@@ -42,7 +46,7 @@ from primus_ext.comm.step_comm import grad_bytes_per_param
 from primus_ext.compute.ops import OpCost, Shapes
 from primus_ext.compute.layer_ops import routed_fraction, routing_spread_factor
 from primus_ext.compute.costs import CommOp
-from primus_ext.spec.run import RunSpec
+from primus_ext.spec.run import RunSpec, uses_te
 
 Tagged = tuple[CommOp, str]  # (collective, module)
 
@@ -136,13 +140,17 @@ def cp_comms(spec: RunSpec, sh: Shapes, attn: OpCost) -> list[Tagged]:
         # K/V of the whole sequence gathered once per layer (cp * kv bytes), issued
         # asynchronously and overlapped with the first (local) attention call only; the
         # backward gathers K/V again and reduce-scatters dK/dV behind its first call.
+        # Transformer Engine's variant is synchronous (module docstring): no window.
         full = kv * cp
-        return [_comm(spec, "attn.cp_all_gather", "cp", "all_gather", full, "fwd",
-                      attn.fwd_s / cp, "core_attn"),
-                _comm(spec, "attn.cp_all_gather_bwd", "cp", "all_gather", full, "bwd",
-                      attn.dgrad_s / (2 * cp), "core_attn"),
+        te = uses_te(spec)
+        w_f = None if te else attn.fwd_s / cp
+        w_b = None if te else attn.dgrad_s / (2 * cp)
+        return [_comm(spec, "attn.cp_all_gather", "cp", "all_gather", full, "fwd", w_f,
+                      "core_attn"),
+                _comm(spec, "attn.cp_all_gather_bwd", "cp", "all_gather", full, "bwd", w_b,
+                      "core_attn"),
                 _comm(spec, "attn.cp_reduce_scatter_dkv", "cp", "reduce_scatter", full,
-                      "bwd", attn.dgrad_s / (2 * cp), "core_attn")]
+                      "bwd", w_b, "core_attn")]
     span = group_span(spec, "cp")
     hw = spec.cluster.hardware
     out = []

@@ -270,3 +270,22 @@ def test_token_all_to_all_waits_for_the_busiest_rank():
     assert busy[d].num_bytes == mean[d].num_bytes == sim[d].num_bytes
     assert sim[d].seconds == pytest.approx(busy[d].seconds)
     assert mean[d].seconds < busy[d].seconds < f * mean[d].seconds
+
+
+def test_cp_allgather_is_synchronous_in_transformer_engine():
+    """Transformer Engine's AttnFuncWithCPAndKVAllGather (TE context_parallel.py) calls
+    gather_along_first_dim(k, cp_group) without async_op before any attention call, and
+    reduce-scatters dK/dV after the last: exposed. PyTorch's context_parallel
+    (rotate_method=allgather) hides the gather behind the first local attention step."""
+    kw = dict(tp=8, cp=4, nodes=4, sequence_parallel=True, cp_comm_type="allgather")
+    tr = dict(seq_length=32768, global_batch_size=64)
+    out = {}
+    for te in (True, False):
+        spec = run(llama70b(), train=dict(tr, te=te), **kw)
+        out[te] = {c.name: c for c in simulate_layer_costs(spec).kinds["dense"].comms
+                   if c.axis == "cp"}
+    assert set(out[True]) == {"attn.cp_all_gather", "attn.cp_all_gather_bwd",
+                              "attn.cp_reduce_scatter_dkv"}
+    for name, c in out[True].items():
+        assert c.exposed_s == c.seconds
+        assert out[False][name].exposed_s < c.seconds
