@@ -6,7 +6,10 @@ call no ``torch.distributed`` Python function: wrapping ``dist.*`` (``tracer.py`
 sees them. They are ATen ops, so a ``TorchDispatchMode`` sees each call: the op, its input
 and output tensors and its group name, resolved to ranks by
 ``distributed_c10d._resolve_process_group``. A functional collective returns at once and
-completes at its ``wait_tensor``; the record's seconds run from the issue to that wait.
+completes at its ``wait_tensor``, which the output's ``AsyncCollectiveTensor`` wrapper
+calls below the mode (unseen); the mode therefore waits right after the issue and the
+record's seconds are the collective's own (DTensor's redistribution uses the output next
+in any case; async TP, which overlaps it, is a GPU path).
 
 A dispatch mode costs a Python call per ATen op, so a measurement enables it only where
 functional collectives can occur (a measured layout with TP or CP > 1).
@@ -65,23 +68,12 @@ class FunctionalCollectiveMode(TorchDispatchMode):
     def __init__(self, tracer: CollectiveTracer) -> None:
         super().__init__()
         self.tracer = tracer
-        self._pending: dict[int, tuple[int, float]] = {}  # id(output) -> (record, t0)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        ns = getattr(func, "namespace", "")
-        name = func._opname if hasattr(func, "_opname") else func.__name__.split(".")[0]
-        if ns != "_c10d_functional" or not self.tracer.enabled:
-            return func(*args, **kwargs)
-        if name == "wait_tensor":
-            out = func(*args, **kwargs)
-            pending = self._pending.pop(id(args[0]), None)
-            if pending is not None:
-                idx, t0 = pending
-                self.tracer._set_seconds(idx, time.perf_counter() - t0)
-            return out
-        kind = FUNCTIONAL.get(name)
-        if kind is None:
+        kind = FUNCTIONAL.get(getattr(func, "_opname", "")) \
+            if getattr(func, "namespace", "") == "_c10d_functional" else None
+        if kind is None or not self.tracer.enabled:
             return func(*args, **kwargs)
         collective, gi = kind
         ranks = _ranks(args[gi]) if len(args) > gi else ()
@@ -89,14 +81,15 @@ class FunctionalCollectiveMode(TorchDispatchMode):
         scope, phase = self.tracer.scope_fn()
         t0 = time.perf_counter()
         out = func(*args, **kwargs)
-        idx = len(self.tracer.records)
-        x = _first_tensor(args[0])
-        self.tracer.records.append(CollectiveRecord(
-            op=f"_c10d_functional.{name}", collective=collective,
-            in_bytes=_nbytes(args[0]), out_bytes=_nbytes(out), group_ranks=ranks, axis=axis,
-            seconds=0.0, scope=scope, phase=phase, async_op=True,
-            dtype=str(x.dtype).replace("torch.", "") if x is not None else ""))
+        # Completed here: the wrapper's own wait runs below this mode, unseen, and the
+        # DTensor redistribution that issued the op uses its output next anyway.
         for t in (out if isinstance(out, (list, tuple)) else [out]):
             if torch.is_tensor(t):
-                self._pending[id(t)] = (idx, t0)
+                torch.ops._c10d_functional.wait_tensor(t)
+        x = _first_tensor(args[0])
+        self.tracer.records.append(CollectiveRecord(
+            op=f"_c10d_functional.{func._opname}", collective=collective,
+            in_bytes=_nbytes(args[0]), out_bytes=_nbytes(out), group_ranks=ranks, axis=axis,
+            seconds=time.perf_counter() - t0, scope=scope, phase=phase, async_op=True,
+            dtype=str(x.dtype).replace("torch.", "") if x is not None else ""))
         return out
