@@ -88,16 +88,30 @@ def test_fsdp2_collectives_match_comm_model(tmp_path):
         by_kind[("output", "all_gather", "fwd")]
 
 
-def test_tp2_functional_collectives_are_captured(tmp_path):
+def test_tp2_functional_collectives_against_comm_model(tmp_path):
+    import primus_ext
     overrides = BASE + ["parallel.tp=2", "parallel.sequence_parallel=true",
                         "train.micro_batch_size=1", "train.global_batch_size=2"]
     prof = _measure(tmp_path, overrides, ["--parallelism.data_parallel_shard_degree", "1",
                                           "--parallelism.tensor_parallel_degree", "2"])
+    spec = primus_ext.compose(overrides)
     tp = [c for c in prof.collectives if c.axis == "tp"]
-    assert tp, [(c.op, c.axis) for c in prof.collectives]
-    assert all(c.op.startswith("_c10d_functional.") for c in tp)
-    dense = {(c.collective, c.phase) for c in tp if c.kind == "dense"}
-    # Sequence parallelism: each block gathers its sequence shards in forward and
-    # reduce-scatters its outputs (and the mirrors in backward).
-    assert ("all_gather", "fwd") in dense and ("reduce_scatter", "fwd") in dense, dense
+    assert tp and all(c.op.startswith("_c10d_functional.") for c in tp), \
+        [(c.op, c.axis) for c in prof.collectives]
     assert prof.measured_parallel["tp"] == 2
+    _, want = _model(spec, "tp")
+    got = defaultdict(float)
+    for c in tp:
+        if c.kind == "dense":
+            got[(c.collective, c.phase)] += c.count * c.num_bytes
+    # Sequence parallelism per block: the forward's all-gathers and reduce-scatters and
+    # the backward's reduce-scatters are the comm model's, byte for byte.
+    for key in (("all_gather", "fwd"), ("reduce_scatter", "fwd"), ("reduce_scatter", "bwd")):
+        assert got[key] == want[("dense",) + key], key
+    # Backward all-gathers: DTensor keeps the gathered input of each linear for its weight
+    # gradient, so only the input-gradient gathers remain: half of megatron-core's
+    # (which gathers the input again for the weight gradient).
+    assert got[("all_gather", "bwd")] == want[("dense", "all_gather", "bwd")] / 2
+    # The replicated norm weights' gradients are all-reduced inside the block's backward
+    # (two norms, bf16), which megatron-core does once per step instead.
+    assert got[("all_reduce", "bwd")] == 2 * spec.model.hidden_size * 2
