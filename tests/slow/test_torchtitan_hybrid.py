@@ -29,14 +29,14 @@ BASE = ["model=tiny_dense", "model.num_layers=2", "model.vocab_size=512",
         "cluster.gpus_per_node=2"]
 
 
-def _measure(tmp_path, overrides: list[str], flags: list[str]):
+def _measure(tmp_path, overrides: list[str], flags: list[str], init_first: bool = False):
     from primus_ext.project.profile import Profile
     out = tmp_path / "profile.json"
     env = {k: v for k, v in os.environ.items() if k not in _TORCHRUN_VARS}
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                           "--nproc-per-node=2", str(ROOT / "tests/slow/torchtitan_measure.py"),
-                          str(out), " ".join(overrides), *flags],
+                          *(["--init-first"] if init_first else []), str(out), " ".join(overrides), *flags],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-4000:]
     return Profile.load(out)
@@ -69,7 +69,9 @@ def test_fsdp2_collectives_match_comm_model(tmp_path):
     import primus_ext
     overrides = BASE + ["parallel.fsdp=true", "train.micro_batch_size=1",
                         "train.global_batch_size=4"]
-    prof = _measure(tmp_path, overrides, ["--parallelism.data_parallel_shard_degree", "2"])
+    # As under a drop-in: the process group exists before the measurement, which reuses it.
+    prof = _measure(tmp_path, overrides, ["--parallelism.data_parallel_shard_degree", "2"],
+                    init_first=True)
     spec = primus_ext.compose(overrides)
     got = _per_microbatch(prof, "dp")
     want, by_kind = _model(spec, "dp")

@@ -155,14 +155,30 @@ def single_process_env() -> None:
 
 
 def build_trainer(config):
-    """The Trainer (process group, parallelized model, optimizer, data loader)."""
-    return config.build()
+    """The Trainer (process group, parallelized model, optimizer, data loader). A process
+    group the caller already initialised (a drop-in under torchrun) is kept: torchtitan's
+    ``init_distributed`` calls ``init_process_group`` unconditionally, which is then
+    skipped for the build."""
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        trainer = config.build()
+        trainer._primus_owns_pg = True
+        return trainer
+    original = dist.init_process_group
+    dist.init_process_group = lambda *args, **kwargs: None
+    try:
+        trainer = config.build()
+    finally:
+        dist.init_process_group = original
+    trainer._primus_owns_pg = False
+    return trainer
 
 
 def teardown(trainer) -> None:
+    """Close the Trainer; destroy the process group only if its build created it."""
     import torch.distributed as dist
     try:
         trainer.close()
     finally:
-        if dist.is_initialized():
+        if dist.is_initialized() and getattr(trainer, "_primus_owns_pg", True):
             dist.destroy_process_group()
