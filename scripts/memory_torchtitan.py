@@ -199,13 +199,15 @@ def _write_doc(result: dict) -> None:
                 lines.append(f"| {r['rank']} | {r['stage']} | {r['what']} | "
                              f"{r['model_bytes']:,} | {r['real_bytes']:,} | "
                              f"{r['diff_bytes']:+,} |")
-        lines += ["", "Real, per rank: parameter dtypes, unsharded params saved, AdamW "
-                  "`step` bytes, saved activations by scope:", ""]
+        lines += ["", "Real, per rank: parameter dtypes, unsharded (all-gathered bf16) "
+                  "parameters at the forward's peak and kept for backward, AdamW `step` "
+                  "bytes, saved activations by scope:", ""]
         for i, g in enumerate(ranks):
             scopes = ", ".join(f"{k} {v:,}" for k, v in sorted(g["activation_by_scope"]
                                                                 .items()))
             lines.append(f"- rank {i}: {', '.join(g['param_dtypes'])}; unsharded params "
-                         f"saved {g['unsharded_param_bytes']:,}; step "
+                         f"at peak {g['unsharded_peak_fwd_bytes']:,}, kept "
+                         f"{g['unsharded_param_bytes']:,}; step "
                          f"{g['optimizer_step_bytes']:,}; {scopes}")
         lines.append("")
     lines += [NAMED]

@@ -16,7 +16,10 @@ line (the CPU patches of ``patches/``), one training step is taken, and each ran
   deduplicated by storage, parameters' storages excluded), by scope (``embedding``,
   ``layer.<i>``, ``final_norm``, ``outside``); the unsharded parameters FSDP2 keeps
   through backward (a group with ``reshard_after_forward=False``) show up as saved
-  storages of the shape of a parameter and are reported apart (``unsharded_param_bytes``).
+  storages of FSDP2's unsharded parameters and are reported apart
+  (``unsharded_param_bytes``); ``unsharded_peak_fwd_bytes`` is the most unsharded
+  parameter bytes alive when a module's forward starts (the all-gathered blocks in
+  flight).
 
     torchrun --nproc-per-node 2 -m primus_ext.frameworks.torchtitan.measure_memory \\
         --out FILE --model-dims JSON <torchtitan flags>
@@ -101,8 +104,21 @@ def _activations(trainer) -> dict:
                                  requires_grad=True)
     params = [_local(p) for m in trainer.model_parts for p in m.parameters()]
     counter = SavedTensorCounter(scopes=_scopes(model), params=params, roots=[model])
-    with counter.counting():
-        out = model(inputs, **extra)
+    # The all-gathered parameters alive while each module computes (after FSDP2's own
+    # pre-forward hook, registered earlier, has gathered them): the peak is the blocks
+    # in flight.
+    peak = [0]
+
+    def in_flight(module, args):
+        peak[0] = max(peak[0], sum(_unsharded_storages(trainer.model_parts).values()))
+
+    handles = [m.register_forward_pre_hook(in_flight) for m in _scopes(model).values()]
+    try:
+        with counter.counting():
+            out = model(inputs, **extra)
+    finally:
+        for h in handles:
+            h.remove()
     unsharded_ptrs = _unsharded_storages(trainer.model_parts)
     by_scope: dict[str, int] = {}
     unsharded = 0
@@ -115,15 +131,15 @@ def _activations(trainer) -> dict:
         by_scope[s.scope] = by_scope.get(s.scope, 0) + s.nbytes
     del out
     return {"activation_bytes": sum(by_scope.values()), "activation_by_scope": by_scope,
-            "unsharded_param_bytes": unsharded}
+            "unsharded_param_bytes": unsharded, "unsharded_peak_fwd_bytes": peak[0]}
 
 
-def _unsharded_storages(parts) -> set[int]:
+def _unsharded_storages(parts) -> dict[int, int]:
     """Storages of FSDP2's unsharded parameters alive now (the groups that were not
     resharded after forward: ``reshard_after_forward=False``, as torchtitan sets it for
     the last group and under PP). torch 2.13: ``FSDPModule._get_fsdp_state()
     ._fsdp_param_group.fsdp_params[i]._unsharded_param``."""
-    ptrs = set()
+    ptrs: dict[int, int] = {}  # storage address -> bytes
     for part in parts:
         for mod in part.modules():
             get = getattr(mod, "_get_fsdp_state", None)
@@ -132,7 +148,7 @@ def _unsharded_storages(parts) -> set[int]:
                 t = getattr(fp, "_unsharded_param", None)
                 t = getattr(t, "_local_tensor", t)  # a DTensor under TP
                 if t is not None and t.untyped_storage().nbytes() > 0:
-                    ptrs.add(t.untyped_storage().data_ptr())
+                    ptrs[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
     return ptrs
 
 
