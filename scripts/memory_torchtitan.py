@@ -135,6 +135,12 @@ NAMED = """## Named differences (torchtitan on this CPU)
 - **Attention.** On this CPU FlexAttention is replaced by SDPA (patches/torchtitan_sdpa.py);
   the CPU's fused SDPA kernel saves the output and the log-sum-exp as flash attention
   does on a GPU.
+- **RMSNorm on the CPU (CPU only).** torch 2.13's CPU `rms_norm` is composite: each norm
+  saves its input cast to fp32 (`ToCopyBackward0`), the fp32 product (`MulBackward0`) and
+  the fp32 `rsqrt` statistics; a fused GPU kernel saves its input and the statistics.
+- **Blocks in flight (CPU only).** CPU compute is synchronous, so FSDP2's implicit
+  forward prefetch (the next block's all-gather issued while the GPU still computes this
+  one) does not happen: one block's parameters are gathered at a time here.
 """
 
 
@@ -210,6 +216,13 @@ def _write_doc(result: dict) -> None:
                          f"{g['unsharded_param_bytes']:,}; step "
                          f"{g['optimizer_step_bytes']:,}; {scopes}")
         lines.append("")
+        saved = ranks[0].get("first_block_saved", [])
+        if saved:
+            lines += [f"What the first block saves on rank 0 ({len(saved)} storages, "
+                      f"{sum(x[3] for x in saved):,} B):", "",
+                      "| producer | shape | dtype | bytes |", "| --- | --- | --- | ---: |"]
+            lines += [f"| {p} | {tuple(sh)} | {dt} | {n:,} |" for p, sh, dt, n in saved]
+            lines.append("")
     lines += [NAMED]
     out = ROOT / "docs" / "memory-torchtitan.md"
     atomic_write_text(out, "\n".join(lines))

@@ -122,7 +122,12 @@ def _activations(trainer) -> dict:
     unsharded_ptrs = _unsharded_storages(trainer.model_parts)
     by_scope: dict[str, int] = {}
     unsharded = 0
+    first_block = []  # what the first block saves, storage by storage
     for s in counter.details():
+        if s.scope == min((k for k in _scopes(model) if k.startswith("layer.")),
+                          key=lambda k: int(k.split(".")[1]), default=None) and \
+                s.microbatch == 0 and s.data_ptr not in unsharded_ptrs:
+            first_block.append([s.producer, list(s.shape), s.dtype, s.nbytes])
         if s.microbatch != 0:
             continue
         if s.data_ptr in unsharded_ptrs:
@@ -131,7 +136,8 @@ def _activations(trainer) -> dict:
         by_scope[s.scope] = by_scope.get(s.scope, 0) + s.nbytes
     del out
     return {"activation_bytes": sum(by_scope.values()), "activation_by_scope": by_scope,
-            "unsharded_param_bytes": unsharded, "unsharded_peak_fwd_bytes": peak[0]}
+            "unsharded_param_bytes": unsharded, "unsharded_peak_fwd_bytes": peak[0],
+            "first_block_saved": sorted(first_block, key=lambda r: -r[3])}
 
 
 def _unsharded_storages(parts) -> dict[int, int]:
