@@ -193,7 +193,13 @@ def _write_doc(result: dict) -> None:
              "storages autograd keeps after one microbatch's forward of the rank's "
              "stage. Model: the memory function named above, asked about the same "
              "layout as a primus-ext spec.", "",
-             f"Model (all cases): a llama3 of {json.dumps(DIMS)}, sequence {SEQ}.", ""]
+             f"Model (all cases): a llama3 of {json.dumps(DIMS)}, sequence {SEQ}.", "",
+             "The model answers for the semantics the spec selects. A spec without "
+             "`framework=torchtitan` is a megatron-core layout (`parallel.fsdp=true` is "
+             "megatron-core's FSDP: bf16 parameters, fp32 main gradients, an fp32 master "
+             "copy in the optimizer state), so its rows differ from torchtitan's fp32 "
+             "parameters and gradients by design; the real columns are torchtitan's either "
+             "way.", ""]
     for name, ranks in result["raw"].items():
         c = by[name]
         lines += [f"## {name}: {c.what}", "",
