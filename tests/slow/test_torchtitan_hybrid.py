@@ -36,7 +36,8 @@ def _measure(tmp_path, overrides: list[str], flags: list[str], init_first: bool 
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                           "--nproc-per-node=2", str(ROOT / "tests/slow/torchtitan_measure.py"),
-                          *(["--init-first"] if init_first else []), str(out), " ".join(overrides), *flags],
+                          *(["--init-first"] if init_first else []), str(out),
+                          " ".join(overrides), *flags],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-4000:]
     return Profile.load(out)

@@ -40,6 +40,7 @@ class TitanMeasureOptions:
     parts: bool = False  # attention / FFN hooks too (more Python on a CPU's critical path)
     contention: bool = True  # CPU: time again with the other cores busy
     contention_rounds: int = 4
+    capture_only: bool = False  # one step, no timing use (set when the target is not cpu)
     target_overrides: tuple[str, ...] = ()
     assets_dir: str | None = None  # None: a temporary directory
 
@@ -157,6 +158,11 @@ def run_measurement(spec: RunSpec, argv: list[str],
 
     build.single_process_env()
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    if spec.cluster.hardware.name != "cpu":
+        # Times on this CPU cannot stand in for the target's GPUs (the projector
+        # simulates them): one step captures the collectives and shapes.
+        opts = dataclasses.replace(opts, warmup=0, repeats=1, contention=False,
+                                   capture_only=True)
     down = downscale(spec, world, "cpu", layers_per_kind=opts.layers_per_kind,
                      num_microbatches=opts.num_microbatches)
     p = down.spec.parallel
@@ -164,7 +170,12 @@ def run_measurement(spec: RunSpec, argv: list[str],
     rules = list(down.rules)
     if world != p.tp * p.cp:
         shard = world // (p.tp * p.cp)
-        extra += [f"cluster.gpus_per_node={world}", "parallel.fsdp=true",
+        # FSDP2 in a torchtitan spec is its dp_shard axis; a megatron-core spec names
+        # the same sharding parallel.fsdp. (RunSpec.framework: FIELDS.md.)
+        sharding = "parallel.dp_shard" if getattr(spec, "framework", "megatron") == \
+            "torchtitan" else "parallel.fsdp"
+        extra += [f"cluster.gpus_per_node={world}",
+                  f"{sharding}={shard if sharding.endswith('dp_shard') else 'true'}",
                   f"train.global_batch_size="
                   f"{down.spec.train.micro_batch_size * shard * opts.num_microbatches}"]
         rules.append(f"dp_shard: {world} processes; {shard} FSDP2 shards")
@@ -243,9 +254,9 @@ def _measure(trainer, spec, down, timing_spec, world, opts, tracer, patches, rul
             per_rank_bwd_s=d["per_rank_bwd"])
     step = {k: _median([s[k] for s in steps]) for k in ("step_s", "zero_grad_s",
                                                         "fwd_bwd_s", "optimizer_s")}
-    step.update(num_microbatches=m, num_params_per_rank=int(num_params), capture_only=False,
-                executed_flops_per_microbatch={}, num_expert_params_per_rank=0, loss=None,
-                steps_s=[s["step_s"] for s in steps])
+    step.update(num_microbatches=m, num_params_per_rank=int(num_params),
+                capture_only=opts.capture_only, executed_flops_per_microbatch={},
+                num_expert_params_per_rank=0, loss=None, steps_s=[s["step_s"] for s in steps])
     shapes = rank_shapes(timing_spec)
     shapes["attention_backend"] = "flash"  # SDPA (the CPU's fused attention kernel)
     notes = ["framework: torchtitan",
