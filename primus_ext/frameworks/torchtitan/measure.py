@@ -163,8 +163,14 @@ def run_measurement(spec: RunSpec, argv: list[str],
         # simulates them): one step captures the collectives and shapes.
         opts = dataclasses.replace(opts, warmup=0, repeats=1, contention=False,
                                    capture_only=True)
-    down = downscale(spec, world, "cpu", layers_per_kind=opts.layers_per_kind,
+    torchtitan = getattr(spec, "framework", "megatron") == "torchtitan"
+    # A torchtitan target's dp_shard counts the target's ranks; the downscaled run's FSDP2
+    # degree is what its processes leave (-1, torchtitan's own "the remaining ranks").
+    pre = ["parallel.dp_shard=-1"] if torchtitan else []
+    down = downscale(apply_overrides(spec, pre) if pre else spec, world, "cpu",
+                     layers_per_kind=opts.layers_per_kind,
                      num_microbatches=opts.num_microbatches)
+    down = dataclasses.replace(down, overrides=tuple(pre) + tuple(down.overrides))
     p = down.spec.parallel
     extra: list[str] = []
     rules = list(down.rules)
@@ -172,8 +178,7 @@ def run_measurement(spec: RunSpec, argv: list[str],
         shard = world // (p.tp * p.cp)
         # FSDP2 in a torchtitan spec is its dp_shard axis; a megatron-core spec names
         # the same sharding parallel.fsdp. (RunSpec.framework: FIELDS.md.)
-        sharding = "parallel.dp_shard" if getattr(spec, "framework", "megatron") == \
-            "torchtitan" else "parallel.fsdp"
+        sharding = "parallel.dp_shard" if torchtitan else "parallel.fsdp"
         extra += [f"cluster.gpus_per_node={world}",
                   f"{sharding}={shard if sharding.endswith('dp_shard') else 'true'}",
                   f"train.global_batch_size="
