@@ -199,8 +199,13 @@ def run_measurement(spec: RunSpec, argv: list[str],
         config = build.trainer_config(margv, dims)
         trainer = build.build_trainer(config)
         try:
+            from primus_ext.frameworks.torchtitan.measure_contention import \
+                titan_neighbours
+
+            def neighbours(num: int):
+                return titan_neighbours(num, dims.to_json(), assets, margv)
             profile = _measure(trainer, spec, down, timing_spec, world, opts, tracer,
-                               patches, rules, extra, TitanTimer, StepRunner,
+                               patches, rules, extra, neighbours, TitanTimer, StepRunner,
                                FunctionalCollectiveMode, _median)
         finally:
             build.teardown(trainer)
@@ -208,7 +213,7 @@ def run_measurement(spec: RunSpec, argv: list[str],
 
 
 def _measure(trainer, spec, down, timing_spec, world, opts, tracer, patches, rules, extra,
-             TitanTimer, StepRunner, FunctionalCollectiveMode, _median):
+             neighbours, TitanTimer, StepRunner, FunctionalCollectiveMode, _median):
     import contextlib
 
     from primus_ext.measure.aggregate import _collectives, _gather_collectives, _gather_max, \
@@ -235,8 +240,8 @@ def _measure(trainer, spec, down, timing_spec, world, opts, tracer, patches, rul
     records = list(tracer.records)
     tracer.clear()
     local = _timings(timing_spec, timer)
-    contention = _contention(runner, timer, timing_spec, world, opts) if opts.contention \
-        else {}
+    contention = _contention(runner, timer, timing_spec, world, opts, neighbours) \
+        if opts.contention else {}
     runner.close()
     timer.detach()
     m = opts.num_microbatches
@@ -281,20 +286,18 @@ def _measure(trainer, spec, down, timing_spec, world, opts, tracer, patches, rul
         layers=layers, collectives=tuple(seen), step=step, notes=tuple(notes))
 
 
-def _contention(runner, timer, spec, world: int, opts) -> dict[str, float]:
+def _contention(runner, timer, spec, world: int, opts, neighbours) -> dict[str, float]:
     """Per-kind slowdown with every other core busy (CPU, fewer ranks than cores): the
-    other cores run megatron's kernel-mix neighbour of the measured shapes
-    (``frameworks/megatron/contention.py``, framework-neutral without a spec), paused and
-    resumed over alternating passes of one step; the ratio of the medians of the
-    per-step times of each kind (forward + backward), kept in [1, cores]."""
+    other cores run the same Trainer (``measure_contention.py``: what another rank of the
+    target runs), paused and resumed over alternating passes of one step; the ratio of
+    the medians of the per-step times of each kind (forward + backward), kept in
+    [1, cores]."""
     from collections import defaultdict
 
     import torch.distributed as dist
 
-    from primus_ext.frameworks.megatron.contention import busy_neighbours
     from primus_ext.measure.aggregate import _timings
     from primus_ext.measure.hooks import _median
-    from primus_ext.project.profile import rank_shapes
     cores = os.cpu_count() or 1
     free = cores - world
     if free <= 0:
@@ -311,7 +314,7 @@ def _contention(runner, timer, spec, world: int, opts) -> dict[str, float]:
             if "fwd" in d:
                 into[kind].append(d["fwd"] + d.get("bwd", 0.0))
 
-    with busy_neighbours(free, rank_shapes(spec)) as nb:
+    with neighbours(free) as nb:
         for _ in range(opts.contention_rounds):
             nb.resume()
             one_pass(busy)
