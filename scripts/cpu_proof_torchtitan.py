@@ -40,26 +40,27 @@ RESULTS = ROOT / "docs" / "cpu-proof-torchtitan.json"
 NOTES = """## Where the errors come from
 
 - **A machine shared with other work.** The 1-minute load average of this 2-core VM
-  (listed above) stayed between 5 and 21 during the runs, so most of the time more
-  processes wanted a core than there were cores. Single real steps of one run varied
-  up to 5x (fsdp2 round 1: 1.28 s to 7.23 s).
-- **Contention of a busy node.** A one-process measurement times its blocks again with
-  the other core kept busy (the same neighbour as the megatron-core proof), and the
-  projector applies that slowdown when the target keeps both cores busy. With other
-  work already on the machine, "alone" is not alone and the busy passes share a core
-  three or more ways: the factor hit its physical cap (2.0, the core count) in every
-  measurement here. pp2 suffers most (+117%): its real 1F1B run leaves each stage idle
-  in the fill and drain, so its ranks were slowed far less than 2x.
+  (listed above) stayed near or above 3 during the runs: other processes held about
+  one core. Single real steps of one run varied up to 2x, and the same one-process
+  block time moved 1.5x between rounds.
+- **Contention of a busy node.** The one-process measurement times its blocks again with
+  the other core running the same Trainer (``measure_contention.py``), and the projector
+  applies that slowdown when the target keeps both cores busy. With other work already
+  on the machine the busy passes share the cores three ways or more: the factor ranged
+  from 1.0 to its cap of 2.0 (the core count) between targets measured minutes apart
+  (a plain bf16 GEMM ran 2.2x slower beside one neighbour at load 2.5). fsdp2's
+  measurements drew 2.0, its real runs did not slow that much (+55%).
 - **FSDP2 on a CPU does not overlap.** Compute is synchronous: a block's all-gather is
   issued when its forward starts, after the previous block has finished (FSDP2's
   implicit prefetch is a GPU stream effect), and the gloo transport shares the busy
   cores. The comm model hides FSDP collectives behind the neighbouring blocks' compute
   (as on GPUs), so fsdp2's projected data-parallel time is its exposed remainder only.
-- **TP over DTensor.** A real TP 2 step issues 4 all-gathers, 4 reduce-scatters and 2
-  all-reduces per block and microbatch as functional collectives (tests/slow count
-  them against the comm model) and pays DTensor's Python dispatch on every op of
-  every block; the one-process measurement has neither (per-rank shapes without TP).
-  The alpha-beta fits of the collectives moved 3x between rounds.
+- **TP over DTensor (-62%).** A real TP 2 step issues 4 all-gathers, 4 reduce-scatters
+  and 2 all-reduces per block and microbatch as functional collectives (tests/slow count
+  them against the comm model) and pays DTensor's Python dispatch on every op of every
+  block; the one-process measurement has per-rank shapes without TP, so neither. Its
+  projected compute (0.2-0.5 s) is a quarter of the real step (about 2 s); the
+  alpha-beta fits of the collectives moved 4x between rounds.
 """
 REGISTRY = ["--module", "llama3", "--config", "llama3_debugmodel"]
 
