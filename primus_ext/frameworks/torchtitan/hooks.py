@@ -9,10 +9,11 @@ What differs from megatron-core:
   timer's hooks are registered with ``prepend=True``, so a block's forward includes its
   all-gather and the gradient hook on its output runs before FSDP's pre-backward one (the
   backward all-gather counts in the block's backward), as on the real run's timeline.
-- Activation checkpointing wraps each block (``CheckpointWrapper``): hooks on the wrapper
-  fire once per step (the recomputation calls the inner module), so the hooks go on the
-  inner block (``_checkpoint_wrapped_module``); its recomputed forward, running inside the
-  backward, is recorded as phase ``recompute``.
+- Activation checkpointing wraps each block (``CheckpointWrapper``; with FSDP2,
+  ``FSDPCheckpointWrapper``): the recomputation in backward calls the inner module, not
+  the wrapper, so the hooks go on the inner block (``_checkpoint_wrapped_module``) and its
+  recomputed forward, running inside the backward, is recorded as phase ``recompute``
+  (tests/slow/test_torchtitan_hooks.py).
 - The lm_head runs inside the loss (``ChunkedLossWrapper`` computes logits chunk by
   chunk; ``_skip_lm_head``), so scope ``output`` runs from the final norm's forward to the
   loss's return (``wrap_loss``), and its backward from the loss's gradient to the norm's
