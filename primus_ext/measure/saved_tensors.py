@@ -37,6 +37,12 @@ import torch
 OUTSIDE = "outside"
 
 
+def _plain(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor holding the storage: a DTensor's local shard (TP and FSDP2 through
+    DTensor save DTensors, wrapper subclasses without a storage of their own)."""
+    return getattr(tensor, "_local_tensor", tensor)
+
+
 class _Holder:
     """What the autograd graph stores instead of the saved tensor."""
 
@@ -70,6 +76,7 @@ class SavedStorage:
     dtype: str
     producer: str  # grad_fn of the saved tensor, or "leaf"/"no_grad"
     site: str = ""  # megatron file:line that saved it (with record_sites=True)
+    data_ptr: int = 0  # of the storage (to match it with known buffers)
 
 
 def _gpu_like_dropout(input, p=0.5, training=True, inplace=False):
@@ -109,7 +116,7 @@ class SavedTensorCounter:
 
     # ---- hooks --------------------------------------------------------------------
     def _pack(self, tensor: torch.Tensor):
-        if tensor.untyped_storage().data_ptr() in self._param_ptrs:
+        if _plain(tensor).untyped_storage().data_ptr() in self._param_ptrs:
             return tensor
         holder = _Holder(tensor, self._stack[-1] if self._stack else OUTSIDE,
                          self._microbatch, _call_site() if self.record_sites else "")
@@ -144,7 +151,7 @@ class SavedTensorCounter:
     @contextmanager
     def counting(self):
         """Install the hooks (and GPU-like dropout) for the enclosed forward passes."""
-        self._param_ptrs = {p.untyped_storage().data_ptr() for p in self.params}
+        self._param_ptrs = {_plain(p).untyped_storage().data_ptr() for p in self.params}
         for name, module in self.scopes.items():
             self._hooks.append(module.register_forward_pre_hook(self._enter_scope(name)))
             self._hooks.append(module.register_forward_hook(self._exit_scope(name)))
@@ -170,18 +177,19 @@ class SavedTensorCounter:
         seen: dict[int, SavedStorage] = {}
         holders = sorted(list(self._holders), key=lambda h: (h.microbatch,))
         for h in holders:
-            t = h.tensor
+            src = h.tensor
+            t = _plain(src)
             st = t.untyped_storage()
             ptr = st.data_ptr()
             if ptr in seen or st.nbytes() == 0:
                 continue
-            fn = t.grad_fn
+            fn = src.grad_fn
             producer = type(fn).__name__ if fn is not None else (
-                "leaf" if t.requires_grad else "no_grad")
+                "leaf" if src.requires_grad else "no_grad")
             seen[ptr] = SavedStorage(scope=h.scope, microbatch=h.microbatch,
                                      nbytes=st.nbytes(), shape=tuple(t.shape),
                                      dtype=str(t.dtype).replace("torch.", ""),
-                                     producer=producer, site=h.site)
+                                     producer=producer, site=h.site, data_ptr=ptr)
         return list(seen.values())
 
     def bytes_by_scope(self, microbatch: int | None = None) -> dict[str, int]:

@@ -1,0 +1,82 @@
+"""Busy neighbours for a one-process torchtitan measurement: the same Trainer on the
+other cores.
+
+A CPU "node" shares memory bandwidth, caches and (on a VM) possibly the physical cores
+behind its virtual ones, so a rank computes slower while its neighbours compute, by an
+amount that depends on what they run. As megatron-core's measurement does with its
+spec (``frameworks/megatron/contention.py``), each neighbour here is what another rank
+of the target runs: torchtitan's Trainer of the same downscaled model and line, in its
+own one-process group, training until it is terminated (paused and resumed with
+``Neighbours.pause/resume``). On a machine that other work already loads, the busy
+passes share the cores more than two ways and the slowdown reaches the core count
+(docs/cpu-proof-torchtitan.md).
+
+    python -m primus_ext.frameworks.torchtitan.measure_contention DIMS_JSON ASSETS ARGV_JSON
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from contextlib import contextmanager
+
+_DIST_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+             "MASTER_PORT", "GROUP_RANK", "TORCHELASTIC_RUN_ID")
+
+
+@contextmanager
+def titan_neighbours(num: int, dims_json: str, assets: str, argv: list[str]):
+    """``num`` neighbour processes training the measured model; yields megatron's
+    ``Neighbours`` (pause / resume) once each has finished a step."""
+    from primus_ext.frameworks.megatron.contention import Neighbours
+    if num <= 0:
+        yield Neighbours([])
+        return
+    env = {k: v for k, v in os.environ.items() if k not in _DIST_ENV}
+    env["OMP_NUM_THREADS"] = "1"
+    procs = [subprocess.Popen([sys.executable, "-m", __name__, dims_json, assets,
+                               json.dumps(argv)], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True, env=env)
+             for _ in range(num)]
+    try:
+        for p in procs:
+            for line in p.stdout:  # torchtitan logs to stderr; "ready" (or EOF if it died)
+                if line.strip() == "ready":
+                    break
+        yield Neighbours(procs)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGCONT)  # a stopped process cannot act on TERM
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _train(dims_json: str, assets: str, argv: list[str]) -> None:
+    import torch
+    torch.set_num_threads(1)
+    from patches.torchtitan_apply import apply_torchtitan_cpu_patches
+    apply_torchtitan_cpu_patches()
+    from primus_ext.frameworks.torchtitan import build
+    from primus_ext.frameworks.torchtitan.step import StepRunner
+    build.single_process_env()
+    dims = build.ModelDims.from_json(dims_json)
+    build.ensure_assets(assets, dims.vocab_size)
+    trainer = build.build_trainer(build.trainer_config(argv, dims))
+    runner = StepRunner(trainer)
+    runner.step()
+    print("ready", flush=True)
+    while True:  # until the parent terminates it
+        runner.step()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))))
+    _train(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))

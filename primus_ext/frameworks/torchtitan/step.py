@@ -1,0 +1,51 @@
+"""Timed training steps of an in-process torchtitan Trainer.
+
+A step is the Trainer's own ``train_step`` (zero grads, the microbatches' forward and
+backward -- gradient accumulation or the pipeline schedule --, grad-norm clipping,
+optimizer and LR-scheduler steps) on its own data loader. ``fwd_bwd`` time is the sum of
+the Trainer's ``fwd_bwd_fn`` calls (one per accumulated microbatch); the rest of the step
+is reported as the optimizer's.
+"""
+from __future__ import annotations
+
+import time
+
+
+class StepRunner:
+    """Runs ``trainer.train_step`` and records step and forward-backward seconds."""
+
+    def __init__(self, trainer, timer=None) -> None:
+        self.trainer = trainer
+        self.timer = timer
+        self.data_iterator = trainer.batch_generator(trainer.dataloader)
+        self._fwd_bwd_s = 0.0
+        self._original_fwd_bwd = trainer.fwd_bwd_fn
+        trainer.fwd_bwd_fn = self._fwd_bwd
+        if timer is not None:
+            trainer.loss_fn = timer.wrap_loss(trainer.loss_fn)
+
+    def _fwd_bwd(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        out = self._original_fwd_bwd(*args, **kwargs)
+        if self.timer is not None:
+            self.timer.end_backward()
+        self._fwd_bwd_s += time.perf_counter() - t0
+        return out
+
+    def step(self) -> dict:
+        t = self.trainer
+        t.step += 1
+        self._fwd_bwd_s = 0.0
+        t0 = time.perf_counter()
+        t.train_step(self.data_iterator)
+        step_s = time.perf_counter() - t0
+        if self.timer is not None and self.timer.enabled:
+            self.timer.collect()
+        return {"step_s": step_s, "zero_grad_s": 0.0, "fwd_bwd_s": self._fwd_bwd_s,
+                "optimizer_s": max(step_s - self._fwd_bwd_s, 0.0)}
+
+    def close(self) -> None:
+        self.trainer.fwd_bwd_fn = self._original_fwd_bwd
+        loss = getattr(self.trainer.loss_fn, "__wrapped__", None)
+        if loss is not None:
+            self.trainer.loss_fn = loss

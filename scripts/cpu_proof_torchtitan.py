@@ -1,0 +1,337 @@
+#!/usr/bin/env python
+"""CPU proof of the hybrid projection for torchtitan: measure in one process, project, run
+torchtitan's own Trainer for real.
+
+The machine is the cluster (hardware preset ``cpu``, one node, one rank per core, gloo,
+one thread per process). For every target (FSDP2 over 2 processes, TP 2, PP 2 with 1F1B),
+``--rounds`` times, the script
+
+1. measures, in ONE process, the target's downscaled torchtitan run
+   (``primus_ext.frameworks.torchtitan.measure.run_measurement``; each rank's shapes kept);
+2. for a multi-process target, benchmarks the collectives between two processes (after a
+   burst of compute, as inside a layer) and fits them to alpha-beta;
+3. projects the target from the profile plus the fits (``project_from_profile``);
+4. runs the target for real right after: ``torchrun -m primus_ext.frameworks.torchtitan.train``
+   (torchtitan's Trainer with the CPU patches) and takes the median steady-state step;
+5. prints projected and measured steps (medians over rounds) and the error; ``--write``
+   writes docs/cpu-proof-torchtitan.json (raw) and docs/cpu-proof-torchtitan.md.
+
+    .venv/bin/python scripts/cpu_proof_torchtitan.py [--write] [--quick] [--configs a,b]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from cpu_proof import GOAL, _load, _med, _run, _torchrun  # noqa: E402
+
+RESULTS = ROOT / "docs" / "cpu-proof-torchtitan.json"
+NOTES = """## Where the errors come from
+
+- **A machine shared with other work.** The 1-minute load average of this 2-core VM
+  (listed above) stayed near or above 3 during the runs: other processes held about
+  one core. Single real steps of one run varied up to 2x, and the same one-process
+  block time moved 1.5x between rounds.
+- **Contention of a busy node.** The one-process measurement times its blocks again with
+  the other core running the same Trainer (``measure_contention.py``), and the projector
+  applies that slowdown when the target keeps both cores busy. With other work already
+  on the machine the busy passes share the cores three ways or more: the factor ranged
+  from 1.0 to its cap of 2.0 (the core count) between targets measured minutes apart
+  (a plain bf16 GEMM ran 2.2x slower beside one neighbour at load 2.5). fsdp2's
+  measurements drew 2.0, its real runs did not slow that much (+55%).
+- **FSDP2 on a CPU does not overlap.** Compute is synchronous: a block's all-gather is
+  issued when its forward starts, after the previous block has finished (FSDP2's
+  implicit prefetch is a GPU stream effect), and the gloo transport shares the busy
+  cores. The comm model hides FSDP collectives behind the neighbouring blocks' compute
+  (as on GPUs), so fsdp2's projected data-parallel time is its exposed remainder only.
+- **TP over DTensor (-62%).** A real TP 2 step issues 4 all-gathers, 4 reduce-scatters
+  and 2 all-reduces per block and microbatch as functional collectives (tests/slow count
+  them against the comm model) and pays DTensor's Python dispatch on every op of every
+  block; the one-process measurement has per-rank shapes without TP, so neither. Its
+  projected compute (0.2-0.5 s) is a quarter of the real step (about 2 s); the
+  alpha-beta fits of the collectives moved 4x between rounds.
+"""
+REGISTRY = ["--module", "llama3", "--config", "llama3_debugmodel"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    name: str
+    nproc: int
+    overrides: tuple[str, ...]  # the target as primus-ext overrides
+    flags: tuple[str, ...]  # the same target as torchtitan flags
+    what: str
+
+
+def _dims(quick: bool) -> dict:
+    h = 128 if quick else 256
+    return {"num_layers": 2 if quick else 4, "hidden_size": h, "num_attention_heads": 4,
+            "num_query_groups": 2, "ffn_hidden_size": 2 * h, "vocab_size": 512}
+
+
+def _model_overrides(d: dict, seq: int) -> list[str]:
+    return [f"model.num_layers={d['num_layers']}", f"model.hidden_size={d['hidden_size']}",
+            f"model.num_attention_heads={d['num_attention_heads']}",
+            f"model.num_query_groups={d['num_query_groups']}",
+            f"model.ffn_hidden_size={d['ffn_hidden_size']}",
+            f"model.vocab_size={d['vocab_size']}", f"train.seq_length={seq}",
+            "cluster.hardware=cpu", "cluster.num_nodes=1", "cluster.gpus_per_node=2"]
+
+
+def configs(quick: bool) -> list[Config]:
+    d = _dims(quick)
+    seq = 128 if quick else 256
+    m = 4 if quick else 8  # microbatches per step and data-parallel rank
+    base = ["model=tiny_dense"] + _model_overrides(d, seq)
+    tt = ["--training.seq_len", str(seq)]
+    return [
+        Config("fsdp2", 2, tuple(base + ["parallel.fsdp=true", "train.micro_batch_size=1",
+                                         f"train.global_batch_size={2 * m}"]),
+               tuple(tt + ["--parallelism.data_parallel_shard_degree", "2",
+                           "--training.local_batch_size", "1",
+                           "--training.global_batch_size", str(2 * m)]),
+               f"FSDP2 over 2 processes, {m} accumulated microbatches"),
+        Config("tp2", 2, tuple(base + ["parallel.tp=2", "parallel.sequence_parallel=true",
+                                       "train.micro_batch_size=1",
+                                       f"train.global_batch_size={m}"]),
+               tuple(tt + ["--parallelism.data_parallel_shard_degree", "1",
+                           "--parallelism.tensor_parallel_degree", "2",
+                           "--training.local_batch_size", "1",
+                           "--training.global_batch_size", str(m)]),
+               f"TP 2 with SP, {m} accumulated microbatches, 2 processes"),
+        Config("pp2", 2, tuple(base + ["parallel.pp=2", "parallel.schedule=1f1b",
+                                       "train.micro_batch_size=1",
+                                       f"train.global_batch_size={m}"]),
+               tuple(tt + ["--parallelism.data_parallel_shard_degree", "1",
+                           "--parallelism.pipeline_parallel_degree", "2",
+                           "--parallelism.pipeline_parallel_schedule", "1F1B",
+                           "--parallelism.pipeline_parallel_microbatch_size", "1",
+                           "--training.local_batch_size", str(m),
+                           "--training.global_batch_size", str(m)]),
+               f"PP 2, 1F1B, {m} microbatches, 2 processes"),
+    ]
+
+
+# ---- workers (run in their own processes) --------------------------------------------
+def microbench_worker(out: str, quick: bool) -> None:
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    from primus_ext.measure.microbench import run_microbenchmarks
+    sizes = tuple(2 ** k for k in range(10, 21 if quick else 23, 2))
+    fits = run_microbenchmarks({}, sizes=sizes, repeats=5 if quick else 10)
+    if dist.get_rank() == 0:
+        Path(out).write_text(json.dumps([dataclasses.asdict(f) for f in fits]))
+    dist.destroy_process_group()
+
+
+def measure_worker(out: str, name: str, quick: bool, repeats: int) -> None:
+    import primus_ext
+    from primus_ext.frameworks.torchtitan.measure import TitanMeasureOptions, \
+        run_measurement
+    c = next(c for c in configs(quick) if c.name == name)
+    spec = primus_ext.compose(list(c.overrides))
+    opts = TitanMeasureOptions(warmup=2, repeats=repeats, num_microbatches=4)
+    run_measurement(spec, REGISTRY + list(c.flags), opts).save(out)
+
+
+# ---- the driver ----------------------------------------------------------------------
+def real_run(c: Config, quick: bool, iters: int, tmp: Path) -> dict:
+    out = tmp / f"timings_{c.name}.json"
+    cmd = _torchrun(c.nproc) + ["-m", "primus_ext.frameworks.torchtitan.train", *REGISTRY,
+                                *c.flags, "--model-dims", json.dumps(_dims(quick)),
+                                "--assets", str(tmp / "assets"), "--training.steps",
+                                str(iters), "--metrics.log_freq", str(10 ** 6),
+                                "--dump_folder", str(tmp / "dump"), "--timings-out",
+                                str(out), "activation-checkpoint:none"]
+    _run(cmd, timeout=1800)
+    steps = json.loads(out.read_text())["steps_s"]
+    return {"steps": steps, "median_step_s": _med(steps[2:] if len(steps) > 3 else steps)}
+
+
+def project(c: Config, profile_path: str, fits: list[dict]):
+    import primus_ext
+    from primus_ext.project.from_profile import project_from_profile
+    from primus_ext.project.profile import CommFit, Profile
+    prof = Profile.load(profile_path)
+    prof = dataclasses.replace(prof, comm_fits=tuple(
+        CommFit(**{**f, "points": tuple(tuple(p) for p in f["points"])}) for f in fits))
+    return project_from_profile(prof, primus_ext.compose(list(c.overrides)))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--write", action="store_true",
+                    help="write docs/cpu-proof-torchtitan.{json,md}")
+    ap.add_argument("--quick", action="store_true", help="small scale (the slow test)")
+    ap.add_argument("--configs", default=None, help="comma-separated subset")
+    ap.add_argument("--iters", type=int, default=None, help="real-run steps")
+    ap.add_argument("--repeats", type=int, default=None, help="measured steps")
+    ap.add_argument("--rounds", type=int, default=None, help="default 3; --quick 1")
+    ap.add_argument("--json", default=None, help="write the results as JSON")
+    ap.add_argument("--keep", default=None, help="keep profiles and fits in this folder")
+    ap.add_argument("--render", action="store_true",
+                    help="only rewrite the page from docs/cpu-proof-torchtitan.json")
+    ap.add_argument("--_microbench", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--_measure", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--_name", default="", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    repeats = a.repeats or (3 if a.quick else 8)
+    if a._microbench:
+        microbench_worker(a._microbench, a.quick)
+        return 0
+    if a._measure:
+        measure_worker(a._measure, a._name, a.quick, repeats)
+        return 0
+    if a.render:
+        _write_doc(json.loads(RESULTS.read_text()))
+        return 0
+    all_cfgs = configs(a.quick)
+    names = a.configs.split(",") if a.configs else [c.name for c in all_cfgs]
+    unknown = sorted(set(names) - {c.name for c in all_cfgs})
+    if unknown:
+        raise SystemExit(f"--configs: unknown {unknown}; known: "
+                         f"{[c.name for c in all_cfgs]}")
+    cfgs = [c for c in all_cfgs if c.name in names]
+    iters = a.iters or (6 if a.quick else 12)
+    rounds = a.rounds or (1 if a.quick else 3)
+    quick = ["--quick"] if a.quick else []
+    t0 = time.time()
+    per_cfg: dict[str, list[dict]] = {c.name: [] for c in cfgs}
+    loads: list[tuple[str, float]] = []
+    with tempfile.TemporaryDirectory() as tmpd:
+        tmp = Path(a.keep or tmpd)
+        tmp.mkdir(parents=True, exist_ok=True)
+        for rnd in range(rounds):
+            for c in cfgs:
+                tag = f"round {rnd + 1}/{rounds}"
+                print(f"{tag}: measurement for {c.name}, 1 process ...", flush=True)
+                loads.append((f"round {rnd + 1} measurement {c.name}", _load()))
+                prof_path = str(tmp / f"profile_{c.name}.json")
+                _run([sys.executable, __file__, "--_measure", prof_path, "--_name", c.name,
+                      "--repeats", str(repeats)] + quick, 1800)
+                fits: list[dict] = []
+                if c.nproc > 1:
+                    print(f"{tag}: collective microbenchmarks, 2 processes ...", flush=True)
+                    fits_path = tmp / f"fits_{c.name}.json"
+                    _run(_torchrun(2) + [__file__, "--_microbench", str(fits_path)] + quick,
+                         900)
+                    fits = json.loads(fits_path.read_text())
+                est = project(c, prof_path, fits)
+                print(f"{tag}: real torchtitan run {c.name} ({c.nproc} processes, "
+                      f"{iters} steps) ...", flush=True)
+                loads.append((f"round {rnd + 1} real {c.name}", _load()))
+                real = real_run(c, a.quick, iters, tmp)
+                prof = json.loads(Path(prof_path).read_text())
+                per_cfg[c.name].append({
+                    "projected": est.step_time_s, "measured": real["median_step_s"],
+                    "breakdown": est.breakdown, "notes": list(est.notes), "fits": fits,
+                    "profile": {k: {"fwd_ms": v["fwd_s"] * 1e3, "bwd_ms": v["bwd_s"] * 1e3}
+                                for k, v in prof["layers"].items()},
+                    "steps": real["steps"]})
+    rows = []
+    for c in cfgs:
+        rs = per_cfg[c.name]
+        proj, meas = _med([r["projected"] for r in rs]), _med([r["measured"] for r in rs])
+        rows.append({"config": c.name, "what": c.what, "nproc": c.nproc,
+                     "overrides": list(c.overrides), "flags": list(c.flags),
+                     "projected_step_s": proj, "measured_step_s": meas,
+                     "error": (proj - meas) / meas, "breakdown": rs[0]["breakdown"],
+                     "rounds": rs})
+    print(f"{'config':<8} {'projected step s':>17} {'measured step s':>16} {'error':>8}")
+    for r in rows:
+        print(f"{r['config']:<8} {r['projected_step_s']:>17.4f} "
+              f"{r['measured_step_s']:>16.4f} {r['error']:>+8.1%}")
+    print(f"(wall {time.time() - t0:.0f} s)")
+    results = {"meta": _meta(a.quick, iters, repeats, rounds), "rows": rows, "loads": loads}
+    text = json.dumps(results, indent=1) + "\n"
+    if a.json:
+        Path(a.json).write_text(text)
+    if a.write:
+        from primus_ext.util.files import atomic_write_text
+        atomic_write_text(RESULTS, text)
+        _write_doc(results)
+    return 0
+
+
+def _meta(quick: bool, iters: int, repeats: int, rounds: int) -> dict:
+    import platform
+    from importlib.metadata import version
+
+    import torch
+    return {"date": datetime.date.today().isoformat(), "quick": quick, "iters": iters,
+            "repeats": repeats, "rounds": rounds, "cores": os.cpu_count(),
+            "machine": platform.processor() or platform.machine() or "cpu",
+            "torch": torch.__version__, "torchtitan": version("torchtitan")}
+
+
+def _write_doc(results: dict) -> None:
+    meta, rows, loads = (results[k] for k in ("meta", "rows", "loads"))
+    lines = [
+        "# CPU proof of the hybrid projection: torchtitan", "",
+        "Generated by `scripts/cpu_proof_torchtitan.py --write"
+        + (" --quick" if meta["quick"] else "") + f"` on {meta['date']} "
+        f"({meta['machine']}, {meta['cores']} cores, torch {meta['torch']}, torchtitan "
+        f"{meta['torchtitan']}); raw results in `docs/cpu-proof-torchtitan.json` "
+        "(`--render` rewrites this page from them).", "",
+        "This machine is the cluster (preset `cpu`, one node, one rank per core, gloo, one "
+        "thread per process). For each target, one process measured its downscaled "
+        "torchtitan run (torchtitan's own Trainer with the CPU patches of `patches/`, "
+        f"{meta['repeats']} timed steps of per-block forward/backward times by hooks); for "
+        "a multi-process target two processes then benchmarked the collectives "
+        "(alpha-beta fits); the target was projected from that profile and then trained "
+        "for real by torchtitan's Trainer under torchrun "
+        f"(`python -m primus_ext.frameworks.torchtitan.train`, {meta['iters']} steps, the "
+        "median of the steps after the first two). All of it "
+        f"{meta['rounds']} time(s); the table holds the medians over rounds.", "",
+        f"Goal: every error within {GOAL:.0%}.", "",
+        "| config | what | projected step (s) | measured step (s) | error |",
+        "| --- | --- | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['config']} | {r['what']} | {r['projected_step_s']:.4f} | "
+                     f"{r['measured_step_s']:.4f} | {r['error']:+.1%} |")
+    lines += ["", "Targets (primus-ext overrides; the same layout as torchtitan flags):", ""]
+    for r in rows:
+        lines.append(f"- {r['config']}: `{' '.join(r['overrides'])}`; "
+                     f"`{' '.join(r['flags'])}`")
+    lines += ["", "Projected breakdown (s), first round:", "",
+              "| config | " + " | ".join(k[:-2] for k in rows[0]["breakdown"]) + " |",
+              "| --- | " + " | ".join("---:" for _ in rows[0]["breakdown"]) + " |"]
+    for r in rows:
+        lines.append(f"| {r['config']} | "
+                     + " | ".join(f"{v:.4f}" for v in r["breakdown"].values()) + " |")
+    lines += ["", "Per round: projected / measured step (s):", ""]
+    for r in rows:
+        lines.append(f"- {r['config']}: " + "; ".join(
+            f"{x['projected']:.4f} / {x['measured']:.4f} "
+            f"({x['projected'] / x['measured'] - 1:+.0%})" for x in r["rounds"]))
+    lines += ["", "Measured one-process profile (ms per block and microbatch, last round):",
+              ""]
+    for r in rows:
+        prof = r["rounds"][-1]["profile"]
+        lines.append(f"- {r['config']}: " + "; ".join(
+            f"{k} {v['fwd_ms']:.2f} fwd / {v['bwd_ms']:.2f} bwd" for k, v in prof.items()))
+    lines += ["", "Real-run step times (s), last round:", ""]
+    for r in rows:
+        lines.append(f"- {r['config']}: " + ", ".join(f"{x:.3f}"
+                                                      for x in r["rounds"][-1]["steps"]))
+    lines += ["", "1-minute load average when each phase started (2 cores, shared):", "",
+              ", ".join(f"{n} {v:.2f}" for n, v in loads), "", NOTES]
+    from primus_ext.util.files import atomic_write_text
+    out = ROOT / "docs" / "cpu-proof-torchtitan.md"
+    atomic_write_text(out, "\n".join(lines))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
