@@ -1,7 +1,9 @@
 """Median wall time of one pipeline-schedule simulation for the tuner's big cases.
 
 Times simulate(..., record_events=False) with the op order already cached (the
-tuner's repeat calls); the first, uncached call is shown too.
+tuner's repeat calls); the first, uncached call is shown too. Then the fast path the
+projector uses (schedule_fast.fast_step_s: no op order to build, so every call is a
+first call), with its step time beside the event simulation's.
 
 Usage: python scripts/bench_schedule.py [--runs 50]
 """
@@ -16,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from primus_ext.project.schedule import ScheduleInput, simulate  # noqa: E402
+from primus_ext.project.schedule_fast import fast_step_s  # noqa: E402
 from primus_ext.project.schedule_order import compiled_plan  # noqa: E402
 
 
@@ -57,6 +60,13 @@ def main() -> None:
         print(f"{label:32s} ops={result.num_ops:6d} median={statistics.median(times_ms):7.3f} ms"
               f"  (min {min(times_ms):.3f} ms, {args.runs} runs; first call {cold_ms:.1f} ms;"
               f" step_s={result.step_s:.4f})")
+        fast_ms = []
+        for _ in range(args.runs):
+            t0 = time.perf_counter()
+            fast = fast_step_s(inp)
+            fast_ms.append((time.perf_counter() - t0) * 1e3)
+        print(f"{'  fast path':32s} {'':10s} median={statistics.median(fast_ms):7.3f} ms"
+              f"  (min {min(fast_ms):.3f} ms; step_s={fast:.4f})")
 
 
 if __name__ == "__main__":

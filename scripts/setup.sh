@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent setup: a .venv with torch 2.13.0 (CPU build), megatron-core and primus-ext
-# (editable, compat mode so Hydra discovers the hydra_plugins namespace), with extras.
+# (editable, compat mode so Hydra discovers the hydra_plugins namespace), with extras
+# (measure, dev, and launchers: Hydra's submitit launcher for sweeps on SLURM).
 # Never installs transformer-engine: on a CPU machine it breaks `import megatron.core`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,7 @@ fi
 # torch first and pinned: a plain `torch` requirement would pull a multi-GB CUDA build.
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q "megatron-core>=0.14,<0.20"
-.venv/bin/python -m pip install -q -e ".[measure,dev]" --config-settings editable_mode=compat
+.venv/bin/python -m pip install -q -e ".[measure,dev,launchers]" --config-settings editable_mode=compat
 if .venv/bin/python -m pip show transformer-engine >/dev/null 2>&1; then
   echo "setup: transformer-engine is installed in .venv; remove it on CPU machines" >&2
   exit 1

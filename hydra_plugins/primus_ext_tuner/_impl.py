@@ -10,7 +10,10 @@
 3. The journal, report, plot and recipe go to ``hydra.sweep.dir``, with
    ``optimization_results.yaml`` (Hydra's sweeper convention: the best parameters and
    value) beside them.
-4. ``validate_top_k=N``: the N best candidates are launched as ordinary jobs through
+4. ``shards=N`` (exhaustive searches): the candidates are scored by N jobs of the
+   configured launcher and merged (``_shards``); the search, journal and recipe are
+   those of one process.
+5. ``validate_top_k=N``: the N best candidates are launched as ordinary jobs through
    the configured launcher (basic: here, one after another; submitit or Ray where
    installed); their returns are shown beside the projections and written to
    ``summary.csv``.
@@ -102,7 +105,11 @@ def merge_overrides(base: Sequence[str], top: Sequence[str]) -> list[str]:
 
 class PrimusTunerSweeperImpl:
     def __init__(self, validate_top_k: int = 0, max_batch_size: Optional[int] = None,
-                 params: Optional[Dict[str, str]] = None) -> None:
+                 params: Optional[Dict[str, str]] = None, shards: int = 1) -> None:
+        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+            raise ValueError(f"hydra.sweeper.shards={shards!r} must be an integer >= 1 "
+                             "(launcher jobs that score the candidates)")
+        self.shards = shards
         if isinstance(validate_top_k, bool) or not isinstance(validate_top_k, int) \
                 or validate_top_k < 0:
             raise ValueError(f"hydra.sweeper.validate_top_k={validate_top_k!r} must be an "
@@ -140,7 +147,12 @@ class PrimusTunerSweeperImpl:
 
         log.info("primus_tuner: axes %s, recipe into %s", axes, sweep_dir)
         try:
-            result = tune(spec, settings, overrides=fixed)
+            prefetched = None
+            if self.shards > 1:
+                from ._shards import score_in_shards
+                prefetched = score_in_shards(self.hydra_context, self.config, spec,
+                                             settings, self.shards, sweep_dir)
+            result = tune(spec, settings, overrides=fixed, prefetched=prefetched)
         except ValueError as exc:  # a setting the tuner rejects, e.g. cost without price
             raise TunerSweepError(f"primus_tuner: {exc}") from exc
         self.result = result

@@ -39,6 +39,9 @@ class PrimusTunerSweeperConf:
     # Sweep axes given in config rather than on the command line (command line wins),
     # e.g. {"parallel.tp": "choice(1,2,4,8)"}.
     params: Optional[Dict[str, str]] = None
+    # Score an exhaustive search's candidates in N jobs of the configured launcher
+    # (hydra/launcher=submitit_slurm: N cluster jobs), merged into one search (1: here).
+    shards: int = 1
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="primus_tuner",
@@ -47,12 +50,12 @@ ConfigStore.instance().store(group="hydra/sweeper", name="primus_tuner",
 
 class PrimusTunerSweeper(Sweeper):
     def __init__(self, validate_top_k: int = 0, max_batch_size: Optional[int] = None,
-                 params: Optional[Dict[str, str]] = None) -> None:
+                 params: Optional[Dict[str, str]] = None, shards: int = 1) -> None:
         from ._impl import PrimusTunerSweeperImpl
 
         self.sweeper = PrimusTunerSweeperImpl(validate_top_k=validate_top_k,
                                               max_batch_size=max_batch_size,
-                                              params=params)
+                                              params=params, shards=shards)
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
               config: DictConfig) -> None:

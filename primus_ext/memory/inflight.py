@@ -33,6 +33,32 @@ def inflight_interleaved(pp: int, vpp: int, stage: int, num_microbatches: int,
     g = group or pp
     total = num_microbatches * vpp
     warmup = min((pp - stage - 1) * 2 + (vpp - 1) * g, total)
+    if any(b <= 0 for b in chunk_bytes):
+        return _inflight_stepped(vpp, g, total, warmup, chunk_bytes)
+    # Every forward adds bytes, so the warmup's peak is its last state: count the
+    # forwards of each chunk in the first `warmup` (chunk c holds g of every g * vpp).
+    gv = g * vpp
+    alive = [(warmup // gv) * g + min(max(warmup % gv - c * g, 0), g) for c in range(vpp)]
+    cur = sum(a * b for a, b in zip(alive, chunk_bytes))
+    best, best_alive = (cur, tuple(alive)) if warmup else (-1, tuple(alive))
+    # Steady 1F1B: forward k + warmup, then backward k. The chunk pattern repeats every
+    # g * vpp steps, so two periods cover every state the peak can be in.
+    for j in range(min(total - warmup, 2 * gv + 1)):
+        c = _chunk(j + warmup, g, vpp, True)
+        alive[c] += 1
+        cur += chunk_bytes[c]
+        if cur > best:
+            best, best_alive = cur, tuple(alive)
+        c = _chunk(j, g, vpp, False)
+        alive[c] -= 1
+        cur -= chunk_bytes[c]
+    return best_alive
+
+
+def _inflight_stepped(vpp: int, g: int, total: int, warmup: int,
+                      chunk_bytes: tuple[int, ...]) -> tuple[int, ...]:
+    # Chunks without activation bytes: the first state at the peak is kept, as the
+    # schedule reaches it (step by step).
     alive = [0] * vpp
     best, best_alive = -1, tuple(alive)
 
@@ -45,8 +71,6 @@ def inflight_interleaved(pp: int, vpp: int, stage: int, num_microbatches: int,
     for k in range(warmup):
         alive[_chunk(k, g, vpp, True)] += 1
         note()
-    # Steady 1F1B: forward k + warmup, then backward k. The chunk pattern repeats every
-    # g * vpp steps, so two periods cover every state the peak can be in.
     steps = min(total - warmup, 2 * g * vpp + 1)
     for j in range(steps):
         alive[_chunk(j + warmup, g, vpp, True)] += 1

@@ -15,14 +15,13 @@ taken on the slowest pipeline stage. Overlap rules for the data-parallel part
 """
 from __future__ import annotations
 
-import dataclasses
-
 from primus_ext.compute.model_flops import FORMULA_NAME, model_flops_per_token
 from primus_ext.project.calibration import Calibration, load_calibration
 from primus_ext.compute.costs import LayerCosts
 from primus_ext.project.dp_sync import dp_sync
 from primus_ext.project.estimate_types import Estimate
-from primus_ext.project.schedule import ScheduleInput, ScheduleResult, simulate
+from primus_ext.project.schedule import ScheduleInput
+from primus_ext.project.schedule_fast import simulate_fast
 from primus_ext.project.stages import stage_times
 from primus_ext.spec import RunSpec
 
@@ -44,64 +43,6 @@ def _schedule_input(spec: RunSpec, st, p2p_s: float) -> ScheduleInput:
                          bwd_weight_s=st.bwd_weight_s if sched == "interleaved"
                          else _fold(st.bwd_weight_s),
                          p2p_s=p2p_s, schedule=sched, microbatch_group_size=group)
-
-
-_SHORT: dict = {}
-
-
-def _short_step(inp: ScheduleInput) -> float:
-    """Step time of a short schedule, memoised on the whole input (a batch-size sweep
-    with the same per-microbatch costs reuses the same short schedules)."""
-    hit = _SHORT.get(inp)
-    if hit is None:
-        if len(_SHORT) > 8192:
-            _SHORT.clear()
-        hit = _SHORT[inp] = simulate(inp).step_s
-    return hit
-
-
-def _simulate_step(inp: ScheduleInput, record_events: bool) -> ScheduleResult:
-    """The schedule simulation, shortened for long steps.
-
-    A pipeline schedule is a max-plus linear system in the microbatch count: after a
-    transient of a few microbatch groups, every further group of ``unit`` microbatches
-    (pp for interleaved, one for 1F1B / ZB-H1) adds the same time. With many
-    microbatches the step is therefore simulated at two short lengths m1 < m2 (several
-    groups past the transient, the second two periods later, checked periodic at the
-    midpoint) and extended linearly: ``step(m) = step(m1) + (m - m1) / (m3 - m1) *
-    (step(m3) - step(m1))``. The exact simulation runs when the events are wanted, when
-    the step is short anyway, when the microbatches do not fall into whole groups or
-    when the midpoint shows no period yet. On every published run the extension equals
-    the full simulation to 1e-14; on random heterogeneous pipelines with p2p latencies a
-    slower circuit can overtake after the check (a long max-plus transient): the error
-    stays within a few percent (tests/project/test_properties.py bounds it)."""
-    p, v, m = inp.num_stages, inp.num_chunks, inp.num_microbatches
-    interleaved = inp.schedule == "interleaved"
-    unit = inp.group_size if interleaved else 1
-    # The periodic regime may repeat every 2 or more units (heterogeneous stages with
-    # p2p latencies: 1F1B alternates), so the two lengths differ by a multiple of such
-    # periods and m1 is aligned with m on it.
-    period = 2 * unit if interleaved else 12
-    m1 = unit * max(4, -(-3 * p // unit))
-    m1 += (m - m1) % period
-    m3 = m1 + 2 * period
-    if record_events or m <= m3 or m % unit or (interleaved and inp.microbatch_group_size):
-        return simulate(inp, record_events=record_events)
-    s1, s2, s3 = (_short_step(dataclasses.replace(inp, num_microbatches=k))
-                  for k in (m1, m1 + period, m3))
-    if abs((s3 - s2) - (s2 - s1)) > 1e-9 * s3:  # not periodic yet: time it all
-        return simulate(inp)
-    step = s1 + (m - m1) * (s3 - s1) / (m3 - m1)
-    busy = tuple(m * (sum(inp.fwd_s[s]) + sum(inp.bwd_input_s[s]) + sum(inp.bwd_weight_s[s]))
-                 for s in range(p))
-    step = max(step, max(busy))
-    ideal = max(busy)
-    per_op = 3 if inp.schedule == "zb" else 2
-    return ScheduleResult(
-        schedule=inp.schedule, num_stages=p, num_chunks=v, num_microbatches=m,
-        step_s=step, busy_s=busy, bubble_s=tuple(max(step - b, 0.0) for b in busy),
-        ideal_s=ideal, bubble_fraction=(step - ideal) / ideal if ideal > 0 else 0.0,
-        num_ops=per_op * v * p * m, events=None)
 
 
 _MEMORY: dict = {}
@@ -145,7 +86,8 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
     if costs is None:
         costs = simulate_layer_costs(spec)
     st = stage_times(spec, costs)
-    sched = _simulate_step(_schedule_input(spec, st, p2p_time_s(spec)), record_timeline)
+    sched = simulate_fast(_schedule_input(spec, st, p2p_time_s(spec)),
+                          record_events=record_timeline)
     mem = _memory(spec, memory_options, memory_report)
     sync = dp_sync(spec, st)
 

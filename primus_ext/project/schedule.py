@@ -227,15 +227,23 @@ def simulate(inp: ScheduleInput, *, record_events: bool = False) -> ScheduleResu
             t += costs[ci]
             free[s] = t
             end[slot] = t
-    step_s = max(free)
+    return result_of(inp, max(free), events=events, num_ops=len(columns[0]))
+
+
+def result_of(inp: ScheduleInput, step_s: float, *, events: tuple | None = None,
+              num_ops: int | None = None) -> ScheduleResult:
+    """The ScheduleResult of ``inp`` for a step time (busy, bubble, ideal follow)."""
+    p, v, m = inp.num_stages, inp.num_chunks, inp.num_microbatches
     busy = tuple(m * (sum(inp.fwd_s[s]) + sum(inp.bwd_input_s[s]) + sum(inp.bwd_weight_s[s]))
                  for s in range(p))
     ideal_s = max(busy)
+    if num_ops is None:
+        num_ops = (3 if inp.schedule == "zb" else 2) * v * p * m
     return ScheduleResult(
         schedule=inp.schedule, num_stages=p, num_chunks=v, num_microbatches=m,
         step_s=step_s, busy_s=busy, bubble_s=tuple(max(step_s - b, 0.0) for b in busy),
         ideal_s=ideal_s, bubble_fraction=(step_s - ideal_s) / ideal_s if ideal_s > 0 else 0.0,
-        num_ops=len(columns[0]), events=events)
+        num_ops=num_ops, events=events)
 
 
 def _timed_events(columns, end, free, costs, lats, p, v, m) -> tuple:

@@ -122,8 +122,11 @@ class Evaluator:
 
     def __init__(self, space: SearchSpace, settings: TuneSettings, *,
                  memory_fn: Callable | None = None, project_fn: Callable | None = None,
-                 journal=None, on_trial: Callable | None = None):
+                 journal=None, on_trial: Callable | None = None,
+                 prefetched: dict | None = None):
         self.space, self.settings = space, settings
+        # Scores computed elsewhere (tune/shard.py): point -> trial record.
+        self.prefetched = prefetched or {}
         self.journal, self.on_trial = journal, on_trial
         self._mem_opts = None
         if memory_fn is None or project_fn is None:
@@ -225,7 +228,11 @@ class Evaluator:
             if enforce_budget and not self.budget_left():
                 raise BudgetExhausted()
             self.num_checked += 1
-            self._score(spec, trial)
+            done = self.prefetched.get(point)
+            if done is None:
+                self._score(spec, trial)
+            else:
+                self._reuse(done, trial)
         self._record(trial, journal=True)
         return trial
 
@@ -255,6 +262,14 @@ class Evaluator:
         metrics["cost_per_mtok"] = cost_per_mtok(metrics, gpu_hour_cost(spec, self.settings))
         trial.metrics = metrics
         trial.score = objective_score(metrics, self.settings.objective)
+
+    def _reuse(self, rec: dict, trial: Trial) -> None:
+        """A score computed by a shard worker (same space, same settings)."""
+        trial.verdict, trial.reason = rec["verdict"], rec.get("reason")
+        trial.metrics = rec.get("estimate")
+        if trial.verdict == "ok":
+            self.num_projected += 1
+            trial.score = objective_score(trial.metrics, self.settings.objective)
 
     def _record(self, trial: Trial, journal: bool) -> None:
         if trial.index < 0:

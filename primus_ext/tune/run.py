@@ -117,7 +117,7 @@ def _job(spec: RunSpec) -> dict:
 def tune(spec_or_overrides: RunSpec | Sequence[str], settings: TuneSettings | dict | None = None,
          *, overrides: Sequence[str] | None = None, memory_fn: Callable | None = None,
          project_fn: Callable | None = None, llm_client: Any = None,
-         write: bool = True) -> TuneResult:
+         write: bool = True, prefetched: dict | None = None) -> TuneResult:
     """Tune the layout of a job.
 
     ``spec_or_overrides``: a RunSpec, or Hydra override strings as for the CLI (then
@@ -125,17 +125,18 @@ def tune(spec_or_overrides: RunSpec | Sequence[str], settings: TuneSettings | di
     dict in the shape of the ``tune`` group, or None for the defaults. ``overrides``:
     the user's overrides behind a RunSpec, so overrides.txt repeats them.
     ``memory_fn`` / ``project_fn`` replace the memory model and projector (tests).
+    ``prefetched``: scores computed by shard workers, by point (``tune.shard``).
 
     ``tune.out_dir`` is locked for the whole run (util/files.py: a second tuner on the
     same directory fails at once) and released when this returns or raises.
     """
     with ExitStack() as held:
         return _tune(spec_or_overrides, settings, held, overrides, memory_fn, project_fn,
-                     llm_client, write)
+                     llm_client, write, prefetched)
 
 
 def _tune(spec_or_overrides, settings, held: ExitStack, overrides, memory_fn, project_fn,
-          llm_client, write) -> TuneResult:
+          llm_client, write, prefetched=None) -> TuneResult:
     if isinstance(spec_or_overrides, RunSpec):
         base = spec_or_overrides
         user_overrides = list(overrides) if overrides is not None else None
@@ -174,7 +175,8 @@ def _tune(spec_or_overrides, settings, held: ExitStack, overrides, memory_fn, pr
                             else settings.max_candidates * len(clusters)) \
         if settings.progress else None
     ev = Evaluator(space, settings, memory_fn=memory_fn, project_fn=project_fn,
-                   journal=journal, on_trial=progress.update if progress else None)
+                   journal=journal, on_trial=progress.update if progress else None,
+                   prefetched=prefetched)
     if journal is not None:
         for rec in journal.resumed:
             ev.preload(Trial.from_record(rec))

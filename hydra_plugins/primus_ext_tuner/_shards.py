@@ -1,0 +1,85 @@
+"""``hydra.sweeper.shards=N``: the tuner's candidates scored by N jobs of the configured
+launcher (basic: here, one after another; ``submitit_local`` / ``submitit_slurm``: other
+processes or cluster nodes), then merged (``primus_ext.tune.shard``).
+
+The driver writes the job's RunSpec and TuneSettings to ``<sweep dir>/shards/inputs.pkl``
+(the workers must score exactly the driver's space, and the sweep directory is where a
+launcher's jobs already meet: submitit keeps its own pickles there); each job reads it,
+scores its share and writes ``shards/shard-<i>-of-<N>.jsonl``; the driver reads them all
+back and runs the search with every score at hand. The jobs' own directories are
+``shards/<job number>`` so they never mix with the validation jobs' ``0``, ``1``, ...
+"""
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobStatus
+from omegaconf import DictConfig
+
+log = logging.getLogger(__name__)
+
+SHARD_DIR = "shards"
+INPUTS = "inputs.pkl"
+
+
+def score_in_shards(hydra_context, config: DictConfig, spec, settings, count: int,
+                    sweep_dir: Path) -> dict | None:
+    """The merged shard results by point, or None when the search is not exhaustive."""
+    from hydra.core.plugins import Plugins
+
+    from primus_ext.tune.shard import planned_points, read_shards
+    from primus_ext.tune.space import SearchSpace
+
+    points = planned_points(SearchSpace(spec, settings.space), settings)
+    if points is None:
+        log.warning("primus_tuner: shards=%d unused: the search is guided (each candidate "
+                    "follows from the last); it runs in this process", count)
+        return None
+    out = sweep_dir / SHARD_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    _write_bytes(out / INPUTS, pickle.dumps((spec, settings)))
+    launcher = Plugins.instance().instantiate_launcher(
+        hydra_context=hydra_context, task_function=shard_job, config=config)
+    jobs = [[f"+primus_shard.index={i}", f"+primus_shard.count={count}",
+             f"hydra.sweep.subdir={SHARD_DIR}/${{hydra.job.num}}"] for i in range(count)]
+    log.info("primus_tuner: %d candidates scored by %d launcher jobs", len(points), count)
+    returns = launcher.launch(jobs, initial_job_idx=0)
+    for i, ret in enumerate(returns):
+        if ret.status != JobStatus.COMPLETED:
+            try:
+                ret.return_value
+            except Exception as exc:  # noqa: BLE001 - reported with the shard named
+                raise ValueError(f"shard {i} of {count} failed: {type(exc).__name__}: "
+                                 f"{exc}") from exc
+    return read_shards(out, count)
+
+
+def shard_job(cfg: DictConfig) -> Any:
+    """One shard job (the launcher's task function): score, write, return the file."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from primus_ext.tune.shard import evaluate_shard
+
+    index, count = int(cfg.primus_shard.index), int(cfg.primus_shard.count)
+    out = Path(str(HydraConfig.get().sweep.dir)) / SHARD_DIR
+    spec, settings = pickle.loads((out / INPUTS).read_bytes())
+    path = evaluate_shard(spec, settings, index, count, out)
+    return {"shard": index, "of": count, "file": str(path)}
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    # Atomic, as primus_ext.util.files.atomic_write_text: a worker never reads half.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
