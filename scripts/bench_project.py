@@ -10,6 +10,11 @@ Reported per case:
   the memory model is included;
 - **warm median**: the same spec projected again (every cache hits).
 
+Each figure is the wall-clock median and, in brackets, the median CPU time of this
+process (``time.process_time``): on a shared machine the wall clock also counts the
+time other processes hold the cores (the load average is printed), the CPU time only
+the projection's own work.
+
 Cases (the acceptance cases of docs/accuracy.md):
   Llama 3.1 405B on 1,024 H100: TP8 PP8 VPP8 CP2, GBS 1536, seq 8192, FP8;
   DeepSeek-V3 on 1,024 H100: PP16 EP64, GBS 8192, seq 4096, FP8.
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
 import statistics
 import sys
@@ -64,10 +70,17 @@ def more_microbatches(spec: RunSpec, n: int) -> list[RunSpec]:
             for i in range(1, n + 1)]
 
 
-def _time(fn) -> float:
-    t = time.perf_counter()
+def _time(fn) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process) of one call."""
+    w, c = time.perf_counter(), time.process_time()
     fn()
-    return time.perf_counter() - t
+    return time.perf_counter() - w, time.process_time() - c
+
+
+def _ms(times: list[tuple[float, float]], digits: int = 2) -> str:
+    wall = statistics.median(t[0] for t in times) * 1e3
+    cpu = statistics.median(t[1] for t in times) * 1e3
+    return f"{wall:.{digits}f} ms [cpu {cpu:.{digits}f} ms]"
 
 
 def main() -> None:
@@ -75,6 +88,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=40)
     ap.add_argument("--profile", action="store_true", help="cProfile the cold calls")
     args = ap.parse_args()
+    print("load average (1, 5, 15 min): " + ", ".join(f"{x:.1f}" for x in os.getloadavg())
+          + f" on {os.cpu_count()} cores")
     for name, spec in cases():
         first = _time(lambda: project(spec))
         prof = cProfile.Profile() if args.profile else None
@@ -88,10 +103,9 @@ def main() -> None:
         warm = [_time(lambda: project(spec)) for _ in range(args.runs)]
         est = project(spec)
         print(f"{name}: step {est.step_time_s:.2f} s, {est.tokens_per_s_per_gpu:.0f} "
-              f"tok/s/GPU | first call {first * 1e3:.1f} ms | cold median "
-              f"{statistics.median(cold) * 1e3:.2f} ms (a never-seen pipeline shape per "
-              f"call, memory model included) | warm median "
-              f"{statistics.median(warm) * 1e3:.3f} ms")
+              f"tok/s/GPU | first call {_ms([first], 1)} | cold median {_ms(cold)} "
+              f"(a never-seen pipeline shape per call, memory model included) | warm "
+              f"median {_ms(warm, 3)}")
         if prof:
             pstats.Stats(prof).sort_stats("tottime").print_stats(15)
 
