@@ -53,3 +53,16 @@ def test_tuner_sweeper_recipe_is_the_basic_launchers(dirs, run_app):
     shards = sorted(p.name for p in (sub / "shards").glob("shard-*.jsonl"))
     assert shards == ["shard-0000-of-0002.jsonl", "shard-0001-of-0002.jsonl"]
     assert (sub / "0" / "result.json").is_file() and not (basic / "shards").exists()
+
+
+def test_readme_slurm_example_composes(dirs, run_app):
+    """The README's SLURM lines compose (no SLURM here: the configs only)."""
+    cwd, home = dirs
+    res = run_app(["hydra/launcher=submitit_slurm", "hydra.launcher.partition=cpu",
+                   "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=10",
+                   "hydra/sweeper=primus_tuner", "hydra.sweeper.shards=8",
+                   "hydra.sweeper.validate_top_k=2", "model=mixtral_8x22b",
+                   "--cfg", "hydra"], cwd=cwd, home=home)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "hydra_submitit_launcher.submitit_launcher.SlurmLauncher" in res.stdout
+    assert "partition: cpu" in res.stdout and "shards: 8" in res.stdout
