@@ -28,8 +28,9 @@ INPUTS = "inputs.pkl"
 
 
 def score_in_shards(hydra_context, config: DictConfig, spec, settings, count: int,
-                    sweep_dir: Path) -> dict | None:
-    """The merged shard results by point, or None when the search is not exhaustive."""
+                    sweep_dir: Path, launcher=None) -> dict | None:
+    """The merged shard results by point, or None when the search is not exhaustive.
+    ``launcher``: defaults to the configured one, running ``shard_job``."""
     from hydra.core.plugins import Plugins
 
     from primus_ext.tune.shard import planned_points, read_shards
@@ -43,8 +44,9 @@ def score_in_shards(hydra_context, config: DictConfig, spec, settings, count: in
     out = sweep_dir / SHARD_DIR
     out.mkdir(parents=True, exist_ok=True)
     _write_bytes(out / INPUTS, pickle.dumps((spec, settings)))
-    launcher = Plugins.instance().instantiate_launcher(
-        hydra_context=hydra_context, task_function=shard_job, config=config)
+    if launcher is None:
+        launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=shard_job, config=config)
     jobs = [[f"+primus_shard.index={i}", f"+primus_shard.count={count}",
              f"hydra.sweep.subdir={SHARD_DIR}/${{hydra.job.num}}"] for i in range(count)]
     log.info("primus_tuner: %d candidates scored by %d launcher jobs", len(points), count)
