@@ -122,10 +122,17 @@ def _run(arr, cost: float, start: float, idx):
     """End times of a run of same-cost ops on one stage: op j starts when the stage is
     free and its input arr[j] has arrived (arr None: no input); the stage is free at
     `start`. end[j] = max(end[j-1], arr[j]) + cost unrolls to
-    cost * (j + 1) + max(start, max_{i <= j} (arr[i] - cost * i))."""
+    cost * j + cost + max(start, max_{i <= j} (arr[i] - cost * i))."""
+    ramp = idx * cost
     if arr is None:
-        return start + cost * (idx + 1.0)
-    return cost * (idx + 1.0) + np.maximum.accumulate(np.maximum(arr - cost * idx, start))
+        ramp += start + cost
+        return ramp
+    out = np.subtract(arr, ramp)
+    np.maximum(out, start, out=out)
+    np.maximum.accumulate(out, out=out)
+    out += ramp
+    out += cost
+    return out
 
 
 def step_one_group(p, v, m, f, b, lat) -> float:
