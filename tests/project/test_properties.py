@@ -187,3 +187,27 @@ def test_fast_path_matches_the_full_simulation_on_long_steps():
                 worst = max(worst, err)
     assert worst_uniform <= 1e-9
     assert worst <= 1e-9
+
+
+@SETTINGS
+@given(specs, st.integers(0, 7))
+def test_projection_through_the_fast_path_equals_the_event_simulation(d, extra):
+    """project() takes the schedule's fast path unless the timeline is wanted (then the
+    event simulation runs): both give one step time, also when the microbatches do not
+    fill whole groups (extra microbatches per data-parallel rank)."""
+    spec = _legal(d)
+    t = spec.train
+    gbs = t.global_batch_size + extra * t.micro_batch_size * spec.dp
+    spec = _legal_replace(spec, gbs)
+    fast = project(spec, calibration=None)
+    full = project(spec, calibration=None, record_timeline=True)
+    assert abs(fast.step_time_s - full.step_time_s) <= 1e-9 * full.step_time_s
+    assert fast.critical_stage == full.critical_stage
+
+
+def _legal_replace(spec: RunSpec, gbs: int) -> RunSpec:
+    try:
+        return dataclasses.replace(spec, train=dataclasses.replace(
+            spec.train, global_batch_size=gbs))
+    except ValueError:
+        assume(False)
