@@ -21,6 +21,7 @@ from primus_ext.memory.options import TIGHT_FRACTION, DEFAULT_OPTIONS, MemoryOpt
 from primus_ext.memory.overhead import other_items
 from primus_ext.memory.states import stage_states
 from primus_ext.spec.run import RunSpec, uses_te
+from primus_ext.spec.train import TrainSpec
 
 STAGE_KEYS = ("stage", "num_params", "param_bytes", "grad_bytes", "optimizer_bytes",
               "activation_bytes_per_microbatch", "num_inflight_microbatches",
@@ -69,8 +70,9 @@ def resolved_train(spec: RunSpec):
     return spec.train if spec.train.te is te else dataclasses.replace(spec.train, te=te)
 
 
-def _stage(spec: RunSpec, stage: int, options: MemoryOptions) -> StageMemory:
-    model, par, train = spec.model, spec.parallel, resolved_train(spec)
+def _stage(spec: RunSpec, stage: int, options: MemoryOptions,
+           train: TrainSpec) -> StageMemory:
+    model, par = spec.model, spec.parallel
     dp = spec.dp * par.cp
     expert_dp = max(spec.expert_dp, 1)
     st = stage_states(model, par, train, stage, dp, expert_dp, options,
@@ -98,7 +100,11 @@ def _stage(spec: RunSpec, stage: int, options: MemoryOptions) -> StageMemory:
 
 @lru_cache(maxsize=8192)
 def _report(spec: RunSpec, options: MemoryOptions) -> MemoryReport:
-    stages = tuple(_stage(spec, s, options) for s in range(spec.parallel.pp))
+    # States, activations and buffers are per microbatch: their caches are keyed on the
+    # training spec without the global batch, so a new batch size (a new microbatch
+    # count) recomputes only the in-flight counts.
+    train = _per_microbatch(resolved_train(spec))
+    stages = tuple(_stage(spec, s, options, train) for s in range(spec.parallel.pp))
     worst = max(range(len(stages)), key=lambda i: stages[i].total_bytes)
     peak = stages[worst].total_bytes
     device = spec.cluster.hardware.hbm_bytes
@@ -127,6 +133,10 @@ def _stack_note(spec: RunSpec) -> str:
                  + ("(fp8_param_gather)" if spec.train.fp8_param_gather
                     else "cached beside the bf16 weights"))
     return note
+
+
+def _per_microbatch(train: TrainSpec) -> TrainSpec:
+    return dataclasses.replace(train, global_batch_size=train.micro_batch_size)
 
 
 def memory_report(spec: RunSpec, options: MemoryOptions | None = None) -> MemoryReport:
