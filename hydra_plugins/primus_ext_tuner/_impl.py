@@ -10,9 +10,9 @@
 3. The journal, report, plot and recipe go to ``hydra.sweep.dir``, with
    ``optimization_results.yaml`` (Hydra's sweeper convention: the best parameters and
    value) beside them.
-4. ``shards=N`` (exhaustive searches): the candidates are scored by N jobs of the
-   configured launcher and merged (``_shards``); the search, journal and recipe are
-   those of one process.
+4. ``shards=N``: the candidates are scored by N jobs of the configured launcher (an
+   exhaustive search's points, or a guided search's clusters, split over them) and
+   merged (``_shards``); the search, journal and recipe are those of one process.
 5. ``validate_top_k=N``: the N best candidates are launched as ordinary jobs through
    the configured launcher (basic: here, one after another; submitit or Ray where
    installed); their returns are shown beside the projections and written to

@@ -1,6 +1,7 @@
 """``hydra.sweeper.shards=N``: the tuner's candidates scored by N jobs of the configured
 launcher (basic: here, one after another; ``submitit_local`` / ``submitit_slurm``: other
-processes or cluster nodes), then merged (``primus_ext.tune.shard``).
+processes or cluster nodes), then merged (``primus_ext.tune.shard``: an exhaustive
+search's points, or a guided search's clusters, split over the jobs).
 
 The driver writes the job's RunSpec and TuneSettings to ``<sweep dir>/shards/inputs.pkl``
 (the workers must score exactly the driver's space, and the sweep directory is where a
@@ -33,13 +34,13 @@ def score_in_shards(hydra_context, config: DictConfig, spec, settings, count: in
     ``launcher``: defaults to the configured one, running ``shard_job``."""
     from hydra.core.plugins import Plugins
 
-    from primus_ext.tune.shard import planned_points, read_shards
+    from primus_ext.tune.shard import read_shards, shard_plan
     from primus_ext.tune.space import SearchSpace
 
-    points = planned_points(SearchSpace(spec, settings.space), settings)
-    if points is None:
-        log.warning("primus_tuner: shards=%d unused: the search is guided (each candidate "
-                    "follows from the last); it runs in this process", count)
+    how = shard_plan(SearchSpace(spec, settings.space), settings)
+    if how is None:
+        log.warning("primus_tuner: shards=%d unused: one guided search (each candidate "
+                    "follows from the last) runs in this process", count)
         return None
     out = sweep_dir / SHARD_DIR
     out.mkdir(parents=True, exist_ok=True)
@@ -49,7 +50,7 @@ def score_in_shards(hydra_context, config: DictConfig, spec, settings, count: in
             hydra_context=hydra_context, task_function=shard_job, config=config)
     jobs = [[f"+primus_shard.index={i}", f"+primus_shard.count={count}",
              f"hydra.sweep.subdir={SHARD_DIR}/${{hydra.job.num}}"] for i in range(count)]
-    log.info("primus_tuner: %d candidates scored by %d launcher jobs", len(points), count)
+    log.info("primus_tuner: the search's %s split over %d launcher jobs", how, count)
     returns = launcher.launch(jobs, initial_job_idx=0)
     for i, ret in enumerate(returns):
         if ret.status != JobStatus.COMPLETED:

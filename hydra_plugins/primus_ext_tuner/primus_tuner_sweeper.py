@@ -39,8 +39,9 @@ class PrimusTunerSweeperConf:
     # Sweep axes given in config rather than on the command line (command line wins),
     # e.g. {"parallel.tp": "choice(1,2,4,8)"}.
     params: Optional[Dict[str, str]] = None
-    # Score an exhaustive search's candidates in N jobs of the configured launcher
-    # (hydra/launcher=submitit_slurm: N cluster jobs), merged into one search (1: here).
+    # Score the candidates in N jobs of the configured launcher (an exhaustive search's
+    # points, or a guided search's clusters; hydra/launcher=submitit_slurm: N cluster
+    # jobs), merged into the one-process search (1: all here).
     shards: int = 1
 
 

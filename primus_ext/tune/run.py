@@ -259,15 +259,18 @@ CLUSTER_AXES = ("num_nodes", "hardware")
 
 
 def _plan_clusters(ev: Evaluator, clusters: list, base_point, base_seeds: list[Trial],
-                   restarts: int) -> None:
+                   restarts: int, only: list | None = None) -> None:
     """Cluster planning: each (num_nodes, hardware) gets its own planner seeds and
     guided search; the candidate budget applies to each cluster, the time budget is
-    shared evenly by what is left of it."""
+    shared evenly by what is left of it. ``only``: search these clusters, skip the
+    others (a shard of the search, tune/shard.py)."""
     space = ev.space
     ev.settings = ev.settings.replace(
         max_candidates=ev.settings.max_candidates * len(clusters))
     per_cluster = ev.settings.max_candidates // len(clusters)
     for i, (n, h) in enumerate(clusters):
+        if only is not None and (n, h) not in only:
+            continue
         _, secs = ev.remaining()
         left = len(clusters) - i
         with ev.limit(per_cluster, None if secs is None else secs / left):

@@ -1,14 +1,19 @@
 """Candidate evaluation split over workers, merged so the result is a one-process run's.
 
-An exhaustive search knows its candidates up front: ``SearchSpace.legal_points()``, in
-enumeration order. Shard ``i`` of ``n`` scores points ``i, i + n, i + 2n, ...`` (memory
-model, then the projector: a pure function of the point) and writes them, one trial
-record a line, to ``shard-<i>-of-<n>.jsonl``. The driver then runs the tuner as in one
-process, with every shard's scores at hand (``Evaluator(prefetched=...)``): the search
-visits the points in its own order, takes each point's verdict and figures from the
-shards instead of computing them, and writes the journal, report and recipe it would
-have written alone. A guided search decides each step from the last one, so it has
-nothing to hand out ahead and runs in the driver (``planned_points`` returns None).
+Shard ``i`` of ``n`` scores its share of the candidates (memory model, then the
+projector: a pure function of the point) and writes them, one trial record a line, to
+``shard-<i>-of-<n>.jsonl``. The driver then runs the tuner as in one process, with
+every shard's scores at hand (``Evaluator(prefetched=...)``): the search visits the
+points in its own order, takes each point's verdict and figures from the shards instead
+of computing them (and computes any point no shard scored), and writes the journal,
+report and recipe it would have written alone. The shares (``shard_plan``):
+
+- ``points``: an exhaustive search knows its candidates up front, the legal points in
+  enumeration order; shard i takes points i, i + n, i + 2n, ...
+- ``clusters``: a guided search over several clusters (``num_nodes`` x ``hardware``)
+  searches each cluster on its own from the same seeds (``tune.run._plan_clusters``);
+  shard i runs the searches of clusters i, i + n, ...
+- None: one guided search decides each step from the last: nothing to hand out.
 """
 from __future__ import annotations
 
@@ -33,16 +38,30 @@ def check_count(count) -> int:
     return count
 
 
+def _clusters(space: SearchSpace) -> list[tuple]:
+    # In tune.run.tune's order.
+    return [(n, h) for n in space.axes["num_nodes"] for h in space.axes["hardware"]]
+
+
+def _strategy(space: SearchSpace, settings: TuneSettings) -> str:
+    # As tune.run.tune decides it: ``auto`` is exhaustive when the legal points fit the
+    # candidate budget of every cluster.
+    if settings.strategy != "auto":
+        return settings.strategy
+    budget = settings.max_candidates * len(_clusters(space))
+    return "exhaustive" if space.num_legal <= budget else "guided"
+
+
+def shard_plan(space: SearchSpace, settings: TuneSettings) -> str | None:
+    """How the search splits over shards: "points", "clusters" or None (see above)."""
+    if _strategy(space, settings) == "exhaustive":
+        return "points"
+    return "clusters" if len(_clusters(space)) > 1 else None
+
+
 def planned_points(space: SearchSpace, settings: TuneSettings) -> list[Point] | None:
-    """The candidates a search will score, when known before it starts: every legal
-    point for the exhaustive strategy (``auto`` picks it when the legal points fit the
-    candidate budget of every cluster, as ``tune.run.tune`` does), else None."""
-    strategy = settings.strategy
-    if strategy == "auto":
-        clusters = len(space.axes["num_nodes"]) * len(space.axes["hardware"])
-        strategy = ("exhaustive" if space.num_legal <= settings.max_candidates * clusters
-                    else "guided")
-    return list(space.legal_points()) if strategy == "exhaustive" else None
+    """Every point an exhaustive search scores, in its order; None for a guided one."""
+    return list(space.legal_points()) if shard_plan(space, settings) == "points" else None
 
 
 def shard_points(points: list[Point], index: int, count: int) -> list[Point]:
@@ -56,22 +75,47 @@ def shard_points(points: list[Point], index: int, count: int) -> list[Point]:
 
 def evaluate_shard(spec: RunSpec, settings: TuneSettings, index: int, count: int,
                    out_dir: str | Path, *, memory_fn=None, project_fn=None) -> Path:
-    """Score shard ``index`` of ``count`` of the planned points; write its journal."""
+    """Score shard ``index`` of ``count`` (see ``shard_plan``); write its journal."""
     from primus_ext.tune.evaluate import Evaluator
     from primus_ext.util.files import atomic_write_text
 
     space = SearchSpace(spec, settings.space)
-    points = planned_points(space, settings)
-    if points is None:
-        raise ValueError("sharded evaluation needs the exhaustive strategy (the guided "
-                         "search picks each candidate from the last one)")
+    how = shard_plan(space, settings)
+    if how is None:
+        raise ValueError("sharded evaluation needs an exhaustive search or a guided one "
+                         "over several clusters (tune.space.num_nodes / hardware): one "
+                         "guided search picks each candidate from the last one")
     ev = Evaluator(space, settings, memory_fn=memory_fn, project_fn=project_fn)
-    lines = [json.dumps({"kind": SHARD_KIND, "index": index, "count": count,
-                         "num_points": len(points)})]
-    for point in shard_points(points, index, count):
-        trial = ev.evaluate(point, "exhaustive", enforce_budget=False)
-        lines.append(json.dumps(_record(trial)))
+    head = {"kind": SHARD_KIND, "index": index, "count": count, "plan": how}
+    if how == "points":
+        points = space.legal_points()
+        head["num_points"] = len(points)
+        for point in shard_points(points, index, count):
+            ev.evaluate(point, "exhaustive", enforce_budget=False)
+    else:
+        _search_clusters(ev, spec, _clusters(space),
+                         shard_points(_clusters(space), index, count))
+    lines = [json.dumps(head)] + [json.dumps(_record(t)) for t in ev.trials]
     return atomic_write_text(shard_file(out_dir, index, count), "\n".join(lines) + "\n")
+
+
+def _search_clusters(ev, spec: RunSpec, clusters: list[tuple], mine: list[tuple]) -> None:
+    """The guided searches of the clusters ``mine``, as ``tune.run.tune`` runs each of
+    them: the planner's seeds at the user's layout, then one search per cluster under
+    the same budget (a shard reaches each of its clusters with no more candidates spent
+    than the whole search, so it scores at least what the whole search scores there)."""
+    from primus_ext.tune.evaluate import BudgetExhausted
+    from primus_ext.tune.planner import plan
+    from primus_ext.tune.run import CLUSTER_AXES, _plan_clusters
+    from primus_ext.tune.space import point_of
+
+    base = point_of(spec)
+    _, _, seeds = plan(ev, base, fixed=CLUSTER_AXES)
+    if mine:
+        try:
+            _plan_clusters(ev, clusters, base, seeds, ev.settings.restarts, only=mine)
+        except BudgetExhausted:
+            pass
 
 
 def _record(trial) -> dict:
@@ -81,10 +125,10 @@ def _record(trial) -> dict:
 
 def read_shards(out_dir: str | Path, count: int) -> dict[Point, dict]:
     """Every shard's records by point. Raises ValueError naming a missing or foreign
-    shard file, or a point scored twice."""
+    shard file, or a point two shards scored differently."""
     check_count(count)
     merged: dict[Point, dict] = {}
-    sizes = set()
+    sizes, plans = set(), set()
     for index in range(count):
         path = shard_file(out_dir, index, count)
         if not path.is_file():
@@ -96,12 +140,21 @@ def read_shards(out_dir: str | Path, count: int) -> dict[Point, dict]:
                 index, count):
             raise ValueError(f"{path}: not the results of shard {index} of {count}")
         sizes.add(head.get("num_points"))
+        plans.add(head.get("plan"))
         for rec in rows[1:]:
             point = tuple(rec["candidate"].get(a) for a in AXES)
-            if point in merged:
-                raise ValueError(f"{path}: point {rec['candidate']} scored by two shards")
-            merged[point] = rec
-    if len(sizes) != 1 or len(merged) != sizes.pop():
+            old = merged.get(point)
+            if old is not None and _score_of(old) != _score_of(rec):
+                raise ValueError(f"{path}: point {rec['candidate']} scored differently by "
+                                 "two shards")
+            merged.setdefault(point, rec)
+    if len(plans) != 1 or len(sizes) != 1 or (
+            plans == {"points"} and len(merged) != next(iter(sizes))):
         raise ValueError(f"shards in {out_dir}: {len(merged)} points scored, the shards "
-                         "planned different spaces (another job's shard files?)")
+                         "planned different searches (another job's shard files?)")
     return merged
+
+
+def _score_of(rec: dict) -> tuple:
+    return rec.get("verdict"), rec.get("reason"), json.dumps(rec.get("estimate"),
+                                                              sort_keys=True)

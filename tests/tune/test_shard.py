@@ -10,7 +10,7 @@ import pytest
 from primus_ext.tune.run import tune
 from primus_ext.tune.settings import TuneSettings
 from primus_ext.tune.shard import (evaluate_shard, planned_points, read_shards,
-                                   shard_file, shard_points)
+                                   shard_file, shard_plan, shard_points)
 from primus_ext.tune.space import SearchSpace
 from test_space import _spec
 
@@ -49,6 +49,29 @@ def test_shards_partition_the_planned_points():
 def test_guided_search_has_no_planned_points():
     space = SearchSpace(_job(), _settings().space)
     assert planned_points(space, _settings(strategy="guided")) is None
+    assert shard_plan(space, _settings(strategy="guided")) is None  # one cluster
+    two = _settings(strategy="guided", space={**SPACE, "num_nodes": [1, 2]})
+    assert shard_plan(SearchSpace(_job(), two.space), two) == "clusters"
+
+
+def test_guided_search_over_clusters_sharded_equals_one_process(tmp_path):
+    """Each shard searches its clusters; the driver replays the whole search and finds
+    every score it needs in the shards."""
+    space = {"num_nodes": [1, 2, 4], "hardware": ["h100", "a100"]}
+    settings = _settings(strategy="guided", space=space, budget={"candidates": 25})
+    one = tune(_job(), settings, write=False)
+    for i in range(2):
+        evaluate_shard(_job(), settings, i, 2, tmp_path)
+    scores = read_shards(tmp_path, 2)
+
+    def never(spec):
+        raise AssertionError(f"scored again in the driver: {spec.layout.describe()}")
+    merged = tune(_job(), settings, prefetched=scores, memory_fn=never,
+                  project_fn=never, write=False)
+    assert [t.to_record() for t in merged.trials] == [t.to_record() for t in one.trials]
+    assert merged.best.point == one.best.point
+    searched = {(t.candidate["num_nodes"], t.candidate["hardware"]) for t in merged.trials}
+    assert searched == {(n, h) for n in (1, 2, 4) for h in ("h100", "a100")}
 
 
 def test_sharded_run_equals_one_process(tmp_path):
@@ -83,11 +106,15 @@ def test_missing_or_foreign_shards_are_named(tmp_path):
     evaluate_shard(_job(), _settings(), 1, 2, tmp_path)
     assert len(read_shards(tmp_path, 2)) == len(
         SearchSpace(_job(), _settings().space).legal_points())
-    # shard 1's file holding shard 0's points: scored twice
-    shard_file(tmp_path, 1, 2).write_text(
-        shard_file(tmp_path, 0, 2).read_text().replace('"index": 0, "count": 2',
-                                                       '"index": 1, "count": 2', 1))
-    with pytest.raises(ValueError, match="scored by two shards"):
+    # shard 1's file holding shard 0's points with other figures
+    text = shard_file(tmp_path, 0, 2).read_text().replace('"index": 0, "count": 2',
+                                                          '"index": 1, "count": 2', 1)
+    shard_file(tmp_path, 1, 2).write_text(text.replace('"step_time_s": ',
+                                                       '"step_time_s": 1', 1))
+    with pytest.raises(ValueError, match="scored differently by two shards"):
+        read_shards(tmp_path, 2)
+    shard_file(tmp_path, 1, 2).write_text(text)  # the same points again: too few
+    with pytest.raises(ValueError, match="planned different searches"):
         read_shards(tmp_path, 2)
     shard_file(tmp_path, 1, 2).write_text('{"kind": "header"}\n')
     with pytest.raises(ValueError, match="not the results of shard 1 of 2"):
