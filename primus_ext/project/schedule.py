@@ -23,6 +23,10 @@ Bubble. ``bubble_s[s] = step_s - busy_s[s]`` (idle time of stage s inside the st
 ``ideal_s = max(busy_s)`` (the busiest stage's compute time, a lower bound on the step);
 ``bubble_fraction = (step_s - ideal_s) / ideal_s`` (0 when ideal_s is 0). For uniform
 stages and free p2p this is (pp-1)/m for 1f1b and (pp-1)/(vpp*m) for interleaved.
+
+The projector times steps with ``schedule_fast.simulate_fast``: the same step time
+without building the op order; this simulation draws the timeline, takes the shapes the
+fast path leaves, and is what the fast path is tested against.
 """
 from __future__ import annotations
 
