@@ -8,6 +8,8 @@ Reported per case:
   microbatch per data-parallel rank than the last (global batch + dp * micro batch), so
   no schedule, layer cost, memory report or estimate of an earlier call can be reused;
   the memory model is included;
+- **colder median**: each call also a new sequence length, so that the per-microbatch
+  caches (layer costs, activation and state bytes) miss as well;
 - **warm median**: the same spec projected again (every cache hits).
 
 Each figure is the wall-clock median and, in brackets, the median CPU time of this
@@ -70,6 +72,15 @@ def more_microbatches(spec: RunSpec, n: int) -> list[RunSpec]:
             for i in range(1, n + 1)]
 
 
+def new_microbatches(spec: RunSpec, n: int) -> list[RunSpec]:
+    """``n`` specs after ``spec``, each with a sequence length no other call had (and
+    one more microbatch per data-parallel rank than the last)."""
+    t, step = spec.train, spec.dp * spec.train.micro_batch_size
+    return [replace(spec, train=replace(t, seq_length=t.seq_length + 1024 * i,
+                                        global_batch_size=t.global_batch_size + step * i))
+            for i in range(1, n + 1)]
+
+
 def _time(fn) -> tuple[float, float]:
     """(wall seconds, CPU seconds of this process) of one call."""
     w, c = time.perf_counter(), time.process_time()
@@ -100,12 +111,14 @@ def main() -> None:
             cold.append(_time(lambda: project(s)))
             if prof:
                 prof.disable()
+        colder = [_time(lambda: project(s)) for s in new_microbatches(spec, args.runs)]
         warm = [_time(lambda: project(spec)) for _ in range(args.runs)]
         est = project(spec)
         print(f"{name}: step {est.step_time_s:.2f} s, {est.tokens_per_s_per_gpu:.0f} "
               f"tok/s/GPU | first call {_ms([first], 1)} | cold median {_ms(cold)} "
-              f"(a never-seen pipeline shape per call, memory model included) | warm "
-              f"median {_ms(warm, 3)}")
+              f"(a never-seen pipeline shape per call, memory model included) | colder "
+              f"median {_ms(colder)} (a new sequence length too) | warm median "
+              f"{_ms(warm, 3)}")
         if prof:
             pstats.Stats(prof).sort_stats("tottime").print_stats(15)
 
