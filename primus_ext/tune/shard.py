@@ -90,6 +90,9 @@ def evaluate_shard(spec: RunSpec, settings: TuneSettings, index: int, count: int
     if how == "points":
         points = space.legal_points()
         head["num_points"] = len(points)
+        ev.settings = settings.replace(max_candidates=10**12, max_seconds=None)
+        if index == 0:  # the planner's seeds and the reference, as tune() scores them
+            _seeds(ev, spec, fixed=())
         for point in shard_points(points, index, count):
             ev.evaluate(point, "exhaustive", enforce_budget=False)
     else:
@@ -105,17 +108,30 @@ def _search_clusters(ev, spec: RunSpec, clusters: list[tuple], mine: list[tuple]
     the same budget (a shard reaches each of its clusters with no more candidates spent
     than the whole search, so it scores at least what the whole search scores there)."""
     from primus_ext.tune.evaluate import BudgetExhausted
-    from primus_ext.tune.planner import plan
     from primus_ext.tune.run import CLUSTER_AXES, _plan_clusters
     from primus_ext.tune.space import point_of
 
     base = point_of(spec)
-    _, _, seeds = plan(ev, base, fixed=CLUSTER_AXES)
+    seeds = _seeds(ev, spec, fixed=CLUSTER_AXES)
     if mine:
         try:
             _plan_clusters(ev, clusters, base, seeds, ev.settings.restarts, only=mine)
         except BudgetExhausted:
             pass
+
+
+def _seeds(ev, spec: RunSpec, fixed: tuple) -> list:
+    """What ``tune.run.tune`` scores before its search, in its order: the planner's seeds
+    around the user's layout, then the reference layout of the same job."""
+    from primus_ext.tune.planner import plan
+    from primus_ext.tune.reference import find_reference
+    from primus_ext.tune.space import point_of
+
+    _, _, seeds = plan(ev, point_of(spec), fixed=fixed)
+    ref = find_reference(spec, ev.settings.reference)
+    if ref is not None and ref.same_job:
+        ev.evaluate(point_of(ref.spec), "reference", enforce_budget=False)
+    return seeds
 
 
 def _record(trial) -> dict:
@@ -148,8 +164,9 @@ def read_shards(out_dir: str | Path, count: int) -> dict[Point, dict]:
                 raise ValueError(f"{path}: point {rec['candidate']} scored differently by "
                                  "two shards")
             merged.setdefault(point, rec)
+    # points: every legal point (shard 0 adds the planner's, which may be off the axes)
     if len(plans) != 1 or len(sizes) != 1 or (
-            plans == {"points"} and len(merged) != next(iter(sizes))):
+            plans == {"points"} and len(merged) < next(iter(sizes))):
         raise ValueError(f"shards in {out_dir}: {len(merged)} points scored, the shards "
                          "planned different searches (another job's shard files?)")
     return merged

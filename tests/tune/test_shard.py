@@ -66,8 +66,7 @@ def test_guided_search_over_clusters_sharded_equals_one_process(tmp_path):
 
     def never(spec):
         raise AssertionError(f"scored again in the driver: {spec.layout.describe()}")
-    merged = tune(_job(), settings, prefetched=scores, memory_fn=never,
-                  project_fn=never, write=False)
+    merged = tune(_job(), settings, prefetched=scores, project_fn=never, write=False)
     assert [t.to_record() for t in merged.trials] == [t.to_record() for t in one.trials]
     assert merged.best.point == one.best.point
     searched = {(t.candidate["num_nodes"], t.candidate["hardware"]) for t in merged.trials}
@@ -80,12 +79,14 @@ def test_sharded_run_equals_one_process(tmp_path):
     for i in range(3):
         evaluate_shard(_job(), _settings(), i, 3, shard_dir)
     scores = read_shards(shard_dir, 3)
-    assert set(scores) == set(SearchSpace(_job(), _settings().space).legal_points())
+    # every legal point, and the planner's (its memory relief may leave the axes)
+    assert set(scores) >= set(SearchSpace(_job(), _settings().space).legal_points())
 
-    def never(spec):  # every legal point was scored by a shard
+    def never(spec):  # every point the search scores was scored by a shard
         raise AssertionError(f"scored again in the driver: {spec.layout.describe()}")
+    # the real memory model (the planner's fit ladder reads it), no projector
     merged = tune(_job(), _settings(str(tmp_path / "merged")), prefetched=scores,
-                  memory_fn=never, project_fn=never, write=False)
+                  project_fn=never, write=False)
     assert [t.to_record() for t in merged.trials] == [t.to_record() for t in one.trials]
     assert merged.best.point == one.best.point and merged.best.score == one.best.score
     assert merged.stats["evaluated"] == one.stats["evaluated"]
@@ -104,7 +105,7 @@ def test_missing_or_foreign_shards_are_named(tmp_path):
     with pytest.raises(ValueError, match=r"shard 1 of 2 wrote no results"):
         read_shards(tmp_path, 2)
     evaluate_shard(_job(), _settings(), 1, 2, tmp_path)
-    assert len(read_shards(tmp_path, 2)) == len(
+    assert len(read_shards(tmp_path, 2)) >= len(
         SearchSpace(_job(), _settings().space).legal_points())
     # shard 1's file holding shard 0's points with other figures
     text = shard_file(tmp_path, 0, 2).read_text().replace('"index": 0, "count": 2',
