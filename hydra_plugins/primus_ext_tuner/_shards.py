@@ -13,9 +13,7 @@ back and runs the search with every score at hand. The jobs' own directories are
 from __future__ import annotations
 
 import logging
-import os
 import pickle
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +34,7 @@ def score_in_shards(hydra_context, config: DictConfig, spec, settings, count: in
 
     from primus_ext.tune.shard import read_shards, shard_plan
     from primus_ext.tune.space import SearchSpace
+    from primus_ext.util.files import atomic_write_bytes
 
     how = shard_plan(SearchSpace(spec, settings.space), settings)
     if how is None:
@@ -44,7 +43,7 @@ def score_in_shards(hydra_context, config: DictConfig, spec, settings, count: in
         return None
     out = sweep_dir / SHARD_DIR
     out.mkdir(parents=True, exist_ok=True)
-    _write_bytes(out / INPUTS, pickle.dumps((spec, settings)))
+    atomic_write_bytes(out / INPUTS, pickle.dumps((spec, settings)))
     if launcher is None:
         launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=shard_job, config=config)
@@ -74,15 +73,3 @@ def shard_job(cfg: DictConfig) -> Any:
     path = evaluate_shard(spec, settings, index, count, out)
     return {"shard": index, "of": count, "file": str(path)}
 
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    # Atomic, as primus_ext.util.files.atomic_write_text: a worker never reads half.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
