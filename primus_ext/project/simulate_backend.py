@@ -53,6 +53,10 @@ SELECTIVE_MODULES = {
     # forward) until the compute model separates the ops SAC re-runs (wk, wo, w3 and the
     # elementwise ops).
     "op": {"core_attn"},
+    # torchtitan's op-level SAC (distributed/activation_checkpoint.py SelectiveAC): the
+    # non-saved ops (norms, RoPE, residual adds) and the second of every two mms (wo;
+    # w3, half of the fused fc1, is not separable here).
+    "torchtitan_sac": {"layernorm", "rope", "bda", "proj"},
 }
 ALL = None  # full recompute: every module
 _CACHE: dict = {}

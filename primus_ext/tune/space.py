@@ -23,7 +23,8 @@ from primus_ext.presets import hardware_preset
 from primus_ext.spec import ClusterSpec, RunSpec
 # Point helpers are re-exported: callers import them from the space.
 from primus_ext.tune.points import (_EP, _ETP, _OPG, _PP, _SCHED, _SHARD, _SP,  # noqa: F401
-                                    _TP, _TPO, _VPP, AXES, IDX, SHARDINGS, Point, as_dict,
+                                    _TP, _TPO, _VPP, AXES, IDX, SHARDINGS, TITAN_CHECKPOINTS,
+                                    TITAN_SHARDINGS, Point, as_dict,
                                     describe, parse_recompute, point_of, recompute_label,
                                     sharding_of)
 from primus_ext.tune.settings import SpaceSettings
@@ -74,7 +75,13 @@ class SearchSpace:
         self.skipped_reasons: Counter = Counter()
 
     # ---- axes --------------------------------------------------------------------
+    @property
+    def titan(self) -> bool:
+        return self.base.framework == "torchtitan"
+
     def _uneven_allowed(self) -> bool:
+        if self.titan:
+            return True  # torchtitan splits layers its own way (spec/torchtitan.py)
         u = self.settings.uneven_layouts
         if u != "auto":
             return bool(u)
@@ -112,12 +119,17 @@ class SearchSpace:
                 recompute += [recompute_label("full", m, n) for m in methods for n in nums]
             else:
                 recompute.append(recompute_label(g))
+        sharding = ["distributed_optimizer", "fsdp"]
+        if self.titan:
+            recompute = list(user.get("recompute_granularity") or TITAN_CHECKPOINTS)
+            sharding = list(TITAN_SHARDINGS)
+            etp = [None]
         defaults = {
             "num_nodes": tuple(nodes), "hardware": tuple(hws),
             "tp": _pow2_upto(min(node, model.num_attention_heads)), "pp": pp, "vpp": vpp,
             "cp": cp, "ep": ep, "etp": etp,
             "micro_batch_size": [m for m in (1, 2, 4, 8) if m <= bt.global_batch_size],
-            "recompute": recompute, "sharding": ["distributed_optimizer", "fsdp"],
+            "recompute": recompute, "sharding": sharding,
             "sequence_parallel": [True], "overlap_grad_reduce": [True],
             "overlap_param_gather": [True], "tp_comm_overlap": [bp.tp_comm_overlap],
             "schedule": ["auto"], "precision": [bt.precision],
@@ -143,7 +155,12 @@ class SearchSpace:
 
     def _check_axis(self, axis: str, vals: tuple) -> tuple:
         for v in vals:
-            if axis == "recompute":
+            if self.titan and axis in ("recompute", "sharding"):
+                allowed = TITAN_CHECKPOINTS if axis == "recompute" else TITAN_SHARDINGS
+                if v not in allowed:
+                    raise ValueError(f"tune.space.{axis} value {v!r} must be one of "
+                                     f"{', '.join(allowed)} with framework=torchtitan")
+            elif axis == "recompute":
                 parse_recompute(v)
             elif axis == "sharding" and v not in SHARDINGS:
                 raise ValueError(f"tune.space.sharding value {v!r} must be one of "
@@ -188,6 +205,8 @@ class SearchSpace:
             d[_SCHED] = "auto"
         if d[_SHARD] == "none":
             d[_OPG] = False  # needs the distributed optimizer
+        if self.titan and d[_SHARD] == "hsdp" and d[IDX["num_nodes"]] == 1:
+            d[_SHARD] = "fsdp"  # one replica: HSDP is FSDP
         return tuple(d)
 
     def spec(self, point: Point) -> RunSpec | None:
@@ -214,6 +233,8 @@ class SearchSpace:
 
     def _skip(self, point: Point) -> str | None:
         pp, vpp = point[_PP], point[_VPP]
+        if self.titan:
+            return None
         if point[_SCHED] == "zb" and vpp > 1:
             return "zero-bubble schedule with vpp > 1"
         if not self.uneven and self.base.model.num_layers % (pp * vpp) and (
@@ -222,6 +243,8 @@ class SearchSpace:
         return None
 
     def _build(self, point: Point) -> RunSpec:
+        if self.titan:
+            return self._build_titan(point)
         d = as_dict(point)
         base = self.base
         bp = base.parallel
@@ -247,7 +270,33 @@ class SearchSpace:
         train = _memo(self._parts, ("train",) + tuple(tkw.items()),
                       lambda: dataclasses.replace(base.train, **tkw))
         cluster = self.cluster(d["num_nodes"], d["hardware"])
-        return RunSpec(model=base.model, parallel=par, train=train, cluster=cluster)
+        return RunSpec(model=base.model, parallel=par, train=train, cluster=cluster,
+                       framework=base.framework)
+
+    def _build_titan(self, point: Point) -> RunSpec:
+        """A torchtitan layout: FSDP2 / HSDP, torchtitan's schedule for the stages per
+        rank (1F1B, Interleaved1F1B), the activation-checkpoint policy."""
+        from primus_ext.project.torchtitan import simulated_view
+        d = as_dict(point)
+        base = self.base
+        pp, vpp = d["pp"], d["vpp"]
+        sched = "1F1B" if pp == 1 or vpp == 1 else "Interleaved1F1B"
+        kwargs = dict(tp=d["tp"], pp=pp, vpp=vpp, cp=d["cp"], ep=d["ep"], etp=None,
+                      sequence_parallel=d["sequence_parallel"],
+                      tp_comm_overlap=d["tp_comm_overlap"], schedule=sched,
+                      dp_shard=-1, pipeline_layout=None,
+                      dp_replicate=d["num_nodes"] if d["sharding"] == "hsdp" else 1)
+        par = _memo(self._parts, ("parallel",) + tuple(kwargs.items()),
+                    lambda: dataclasses.replace(base.parallel, **kwargs))
+        tkw = dict(micro_batch_size=d["micro_batch_size"],
+                   activation_checkpoint=d["recompute"], precision=d["precision"])
+        train = _memo(self._parts, ("train",) + tuple(tkw.items()),
+                      lambda: dataclasses.replace(base.train, **tkw))
+        spec = RunSpec(model=base.model, parallel=par, train=train,
+                       cluster=self.cluster(d["num_nodes"], d["hardware"]),
+                       framework="torchtitan")
+        simulated_view(spec)  # the costed layout must be legal too
+        return spec
 
     # ---- enumeration --------------------------------------------------------------
     def legal_points(self) -> list[Point]:

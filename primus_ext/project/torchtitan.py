@@ -1,0 +1,79 @@
+"""A torchtitan run as the cost model sees it.
+
+The step of a ``framework=torchtitan`` spec is projected by the same kernels, collective
+model and schedule simulator as a megatron-core one, on an equivalent layout:
+
+- FSDP2 (``fully_shard`` per block, torchtitan ``apply_fsdp_to_decoder``): the
+  per-layer FSDP collectives of ``comm/layer_comm.fsdp_comms`` -- the block's bf16
+  parameters all-gathered in forward (issued ahead, overlapping the previous block's
+  compute: FSDP2's implicit forward prefetch), again in backward, and its fp32
+  gradients reduce-scattered behind the next block's backward (``reduce_dtype``
+  float32); no distributed-optimizer all-gather, the AdamW step on the local shard;
+- TP with sequence parallelism (torchtitan's default ``enable_sequence_parallel``);
+  async TP (``--compile.enable_async_tensor_parallel``) as overlapped TP collectives
+  (``parallel.tp_comm_overlap``);
+- experts not sharded over TP (``etp=1``: torchtitan 0.3.0's sparse mesh has no
+  expert-TP axis);
+- pipeline split as torchtitan's ``_generate_llm_fqn_per_model_part`` (embedding and
+  output weighted as one layer each), schedules mapped by ``spec/torchtitan.py``
+  (GPipe, 1F1B, Interleaved1F1B, and the zero-bubble ones as ZB-H1);
+- activation checkpointing: ``full`` = every block recomputed whole; ``selective``
+  (torchtitan's op-level SAC) recomputes the norms, RoPE, residual adds and the ``wo``
+  projection (every second mm of the block is recomputed: wo and w3; w3's recompute and
+  the SwiGLU product are not counted, a named under-count);
+- ``train.compile``: fused elementwise kernels (RMSNorm, RoPE, SwiGLU, the loss) instead
+  of eager chains of single-op kernels (``train.fused_elementwise``);
+- attention: PyTorch SDPA's flash backend (FlashAttention-2 kernels,
+  ``flash_attn_impl='fa2'``); context parallelism all-gathers K/V (torch's
+  ``context_parallel`` rotate method "allgather"; torchtitan
+  ``distributed/context_parallel/api.py`` gathers them for FlexAttention too).
+
+Under PP, FSDP2 runs without ``reshard_after_forward`` and syncs gradients on the last
+microbatch only: one all-gather and one reduce-scatter per step, charged as megatron-core's
+distributed optimizer (the published-run reader's rule for sharded DP next to a pipeline).
+
+Not modelled: HSDP's replicate axis as a separate group (the FSDP collectives span
+``dp_replicate * dp_shard * cp``; the replicas' all-reduce is not added).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from primus_ext.spec.run import RunSpec
+from primus_ext.spec.torchtitan import SCHEDULE_SIM, canonical_schedule, stage_layer_counts
+
+# compute/'s selective-recompute module set that stands for torchtitan's op-level SAC.
+SAC_MODULES = ("torchtitan_sac",)
+
+
+def simulated_view(spec: RunSpec) -> RunSpec:
+    """The megatron-equivalent RunSpec whose costs are a torchtitan run's."""
+    if spec.framework != "torchtitan":
+        return spec
+    p, t, m = spec.parallel, spec.train, spec.model
+    sched = "auto"
+    layout = None
+    if p.pp > 1:
+        sched = SCHEDULE_SIM[canonical_schedule(p.schedule)]
+        layout = stage_layer_counts(p.pp * p.vpp, m.num_layers)
+    # Under PP FSDP2 keeps the stage gathered from the first forward to the last
+    # backward and reduce-scatters once (reshard_after_forward off, gradient sync on the
+    # last microbatch): one gather and one reduce-scatter per step, as megatron-core's
+    # distributed optimizer communicates.
+    fsdp = p.pp == 1
+    par = replace(p, fsdp=fsdp, use_distributed_optimizer=not fsdp, grad_reduce_in_fp32=True,
+                  etp=1 if m.is_moe else None, ep=p.ep if m.is_moe else 1,
+                  schedule=sched, pipeline_layout=layout, dp_shard=-1, dp_replicate=1,
+                  cp_comm_type="allgather" if p.cp > 1 else p.cp_comm_type,
+                  sequence_parallel=p.sequence_parallel or (m.is_moe and p.tp > 1))
+    ac = t.activation_checkpoint
+    rec = {"none": dict(recompute_granularity=None),
+           "full": dict(recompute_granularity="full", recompute_method="uniform",
+                        recompute_num_layers=1),
+           "selective": dict(recompute_granularity="selective",
+                             recompute_modules=SAC_MODULES)}[ac]
+    train = replace(t, activation_checkpoint="none", compile=False,
+                    fused_elementwise=t.compile, cross_entropy_loss_fusion=t.compile,
+                    attention_backend="flash", flash_attn_impl="fa2", **rec)
+    return RunSpec(model=m, parallel=par, train=train, cluster=spec.cluster,
+                   framework="megatron")

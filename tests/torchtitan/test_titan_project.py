@@ -1,0 +1,61 @@
+"""Projecting torchtitan runs: the costed layout, GPipe's order, and the published
+torchtitan benchmark rows (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md)
+read with torchtitan's semantics."""
+import pytest
+
+import primus_ext
+from primus_ext.modes.validate import validate
+from primus_ext.project.schedule import ScheduleInput, simulate
+from primus_ext.project.torchtitan import SAC_MODULES, simulated_view
+from primus_ext.project.validate import percentile
+from primus_ext.published import DEFAULT_PATH
+
+BASE = ["framework=torchtitan", "model=llama3_8b", "cluster.hardware=h100",
+        "cluster.num_nodes=4", "train.global_batch_size=64"]
+
+
+def test_costed_layout_follows_torchtitan():
+    spec = primus_ext.compose(BASE + ["parallel.tp=2", "train.compile=true",
+                                      "train.activation_checkpoint=selective"])
+    view = simulated_view(spec)
+    assert view.parallel.fsdp and not view.parallel.use_distributed_optimizer
+    assert view.train.fused_elementwise and view.train.flash_attn_impl == "fa2"
+    assert view.train.recompute_modules == SAC_MODULES
+    pp = simulated_view(primus_ext.compose(BASE + ["parallel.pp=4"]))
+    # Under PP FSDP2 gathers once and reduce-scatters once per step.
+    assert pp.parallel.use_distributed_optimizer and not pp.parallel.fsdp
+    assert pp.layout.layers_per_virtual_stage == (8, 9, 8, 7)
+    gp = simulated_view(primus_ext.compose(BASE + ["parallel.pp=4", "parallel.schedule=GPipe"]))
+    assert gp.parallel.resolved_schedule == "fill_drain"
+
+
+def test_compile_and_checkpointing_move_the_step_the_right_way():
+    def tok(*extra):
+        return primus_ext.project(primus_ext.compose(BASE + list(extra))).tokens_per_s_per_gpu
+    assert tok("train.compile=true") > tok()
+    assert tok("train.activation_checkpoint=full") < tok("train.activation_checkpoint=selective") < tok()
+
+
+@pytest.mark.parametrize("p,m", [(2, 2), (4, 8), (8, 32)])
+def test_fill_drain_step_is_gpipe(p, m):
+    # GPipe (Huang et al. 2019): (m + p - 1) forward slots, then as many backward slots.
+    f, b = 1.0, 2.0
+    inp = ScheduleInput(num_stages=p, num_chunks=1, num_microbatches=m,
+                        fwd_s=((f,),) * p, bwd_input_s=((b * 0.6,),) * p,
+                        bwd_weight_s=((b * 0.4,),) * p, p2p_s=0.0, schedule="fill_drain")
+    assert simulate(inp).step_s == pytest.approx((m + p - 1) * (f + b), rel=1e-9)
+
+
+@pytest.fixture(scope="module")
+def titan_rows():
+    rows = [r for r in validate(DEFAULT_PATH, "default") if "torchtitan" in r.source]
+    assert len(rows) == 18
+    return rows
+
+
+def test_published_torchtitan_rows(titan_rows):
+    for r in titan_rows:
+        assert r.estimate is not None, r.error
+    errs = [abs(r.rel_error) for r in titan_rows]
+    assert percentile(errs, 50) <= 0.10
+    assert max(errs) <= 0.20
