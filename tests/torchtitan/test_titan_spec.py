@@ -86,3 +86,14 @@ def test_cli_projects_and_reports_memory_for_torchtitan():
     assert mem["peak_bytes"] == est["peak_memory_bytes"]
     r, _ = _cli("framework=torchtitan", "model=llama3_8b", "parallel.dp_shard=3")
     assert r.returncode != 0 and "ParallelDims._validate" in r.stderr
+
+
+def test_override_lists_carry_the_framework():
+    from primus_ext.presets.overrides import apply_overrides, spec_from_overrides, \
+        spec_overrides
+    spec = primus_ext.compose(BASE + ["parallel.tp=2", "train.compile=true"])
+    ovs = spec_overrides(spec)
+    assert ovs[0] == "framework=torchtitan"
+    assert spec_from_overrides(ovs) == spec
+    assert apply_overrides(spec, ["parallel.tp=4"]).framework == "torchtitan"
+    assert primus_ext.compose(ovs) == spec
