@@ -185,8 +185,8 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
     tflops = flops / step_s / world / 1e12
     notes = (f"layout: {spec.layout.describe()}",) + tuple(costs.notes) + sync.notes
     if framework_spec.framework == "torchtitan":
-        notes = ("framework: torchtitan (costed as its equivalent layout, "
-                 "project/torchtitan.py)",) + notes
+        from primus_ext.project.torchtitan import view_notes
+        notes = view_notes(framework_spec) + notes
     return Estimate(
         step_time_s=step_s, tokens_per_s_per_gpu=tokens / step_s / world,
         tflops_per_gpu=tflops, mfu=tflops / peak, flop_formula=FORMULA_NAME,

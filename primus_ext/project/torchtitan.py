@@ -46,6 +46,16 @@ from primus_ext.spec.torchtitan import SCHEDULE_SIM, canonical_schedule, stage_l
 SAC_MODULES = ("torchtitan_sac",)
 
 
+def view_notes(spec: RunSpec) -> tuple[str, ...]:
+    """What the costed layout leaves out for this spec, said with the result."""
+    out = ["framework: torchtitan (costed as its equivalent layout, project/torchtitan.py)"]
+    if spec.parallel.dp_replicate > 1:
+        out.append(f"HSDP (dp_replicate={spec.parallel.dp_replicate}): FSDP collectives "
+                   "costed over all data-parallel ranks; the replicas' gradient all-reduce "
+                   "is not modelled")
+    return tuple(out)
+
+
 def simulated_view(spec: RunSpec) -> RunSpec:
     """The megatron-equivalent RunSpec whose costs are a torchtitan run's."""
     if spec.framework != "torchtitan":

@@ -122,7 +122,9 @@ class SearchSpace:
         sharding = ["distributed_optimizer", "fsdp"]
         if self.titan:
             recompute = list(user.get("recompute_granularity") or TITAN_CHECKPOINTS)
-            sharding = list(TITAN_SHARDINGS)
+            # HSDP only when asked (tune.space.sharding): its replicate all-reduce is not
+            # in the cost model (project/torchtitan.py).
+            sharding = ["fsdp"]
             etp = [None]
         defaults = {
             "num_nodes": tuple(nodes), "hardware": tuple(hws),

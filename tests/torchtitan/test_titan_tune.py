@@ -59,3 +59,30 @@ def test_torchtitan_parser_accepts_the_args(recipe):
     cfg = manager.ConfigManager().parse_args(words)
     assert cfg.training.global_batch_size == 128
     assert cfg.training.seq_len == 8192
+
+
+def test_search_space_is_torchtitan_s():
+    from primus_ext.tune.settings import SpaceSettings
+    from primus_ext.tune.space import SearchSpace, as_dict
+    base = primus_ext.compose(JOB)
+    space = SearchSpace(base, SpaceSettings(values={"tp": (4, 8), "pp": (1, 2),
+                                                    "vpp": (1, 2), "cp": (1,),
+                                                    "micro_batch_size": (1,),
+                                                    "sharding": ("fsdp", "hsdp")}))
+    assert space.axes["recompute"] == ("none", "selective", "full")
+    points = space.legal_points()
+    assert points
+    seen = set()
+    for pt in points:
+        spec = space.spec(pt)
+        d = as_dict(pt)
+        assert spec.framework == "torchtitan" and spec.parallel.dp_shard == -1
+        assert spec.train.activation_checkpoint == d["recompute"]
+        assert spec.parallel.dp_replicate == (8 if d["sharding"] == "hsdp" else 1)
+        if spec.parallel.pp > 1:
+            assert spec.parallel.schedule == ("1F1B" if spec.parallel.vpp == 1
+                                              else "Interleaved1F1B")
+        seen.add((d["sharding"], spec.parallel.pp, spec.parallel.vpp))
+    assert ("hsdp", 2, 2) in seen and ("fsdp", 1, 1) in seen
+    with pytest.raises(ValueError, match="with framework=torchtitan"):
+        SearchSpace(base, SpaceSettings(values={"sharding": ("distributed_optimizer",)}))
