@@ -158,6 +158,13 @@ def check_torchtitan(model, par, train, cluster) -> None:
         raise ValueError(f"train.seq_length/cp={train.seq_length // par.cp} is not "
                          f"divisible by tp={par.tp} (sequence parallelism)")
     check_schedule(model, par)
+    m = train.global_batch_size // per_step
+    if par.pp > 1 and SCHEDULE_SIM.get(par.schedule) == "interleaved" and m < par.pp:
+        raise ValueError(
+            f"parallel.schedule={par.schedule} with {m} microbatches < pp={par.pp}: "
+            "torchtitan runs it (with a bubble warning), but the schedule simulator "
+            "follows megatron-core's interleaved order, which needs num_microbatches >= pp "
+            "(raise train.global_batch_size or lower micro_batch_size)")
 
 
 def check_schedule(model, par) -> None:

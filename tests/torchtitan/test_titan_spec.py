@@ -24,6 +24,8 @@ def test_compose_resolves_dp_shard_and_keeps_megatron_default():
     (["parallel.pp=2", "parallel.vpp=2", "parallel.schedule=1F1B"], "exactly 1 stage"),
     (["parallel.pp=2", "parallel.schedule=LoopedBFS", "parallel.vpp=2"], "does not model"),
     (["train.global_batch_size=40"], "multiple of local batch size times"),
+    (["parallel.pp=4", "parallel.vpp=2", "parallel.schedule=Interleaved1F1B",
+      "train.global_batch_size=16"], "needs num_microbatches >= pp"),
     (["train.recompute_granularity=selective"], "train.activation_checkpoint"),
 ])
 def test_torchtitan_rules_are_named(overrides, rule):
