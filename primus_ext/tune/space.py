@@ -246,7 +246,8 @@ class SearchSpace:
 
     def _build(self, point: Point) -> RunSpec:
         if self.titan:
-            return self._build_titan(point)
+            from primus_ext.tune.torchtitan import build_titan_spec
+            return build_titan_spec(self, point)
         d = as_dict(point)
         base = self.base
         bp = base.parallel
@@ -274,31 +275,6 @@ class SearchSpace:
         cluster = self.cluster(d["num_nodes"], d["hardware"])
         return RunSpec(model=base.model, parallel=par, train=train, cluster=cluster,
                        framework=base.framework)
-
-    def _build_titan(self, point: Point) -> RunSpec:
-        """A torchtitan layout: FSDP2 / HSDP, torchtitan's schedule for the stages per
-        rank (1F1B, Interleaved1F1B), the activation-checkpoint policy."""
-        from primus_ext.project.torchtitan import simulated_view
-        d = as_dict(point)
-        base = self.base
-        pp, vpp = d["pp"], d["vpp"]
-        sched = "1F1B" if pp == 1 or vpp == 1 else "Interleaved1F1B"
-        kwargs = dict(tp=d["tp"], pp=pp, vpp=vpp, cp=d["cp"], ep=d["ep"], etp=None,
-                      sequence_parallel=d["sequence_parallel"],
-                      tp_comm_overlap=d["tp_comm_overlap"], schedule=sched,
-                      dp_shard=-1, pipeline_layout=None,
-                      dp_replicate=d["num_nodes"] if d["sharding"] == "hsdp" else 1)
-        par = _memo(self._parts, ("parallel",) + tuple(kwargs.items()),
-                    lambda: dataclasses.replace(base.parallel, **kwargs))
-        tkw = dict(micro_batch_size=d["micro_batch_size"],
-                   activation_checkpoint=d["recompute"], precision=d["precision"])
-        train = _memo(self._parts, ("train",) + tuple(tkw.items()),
-                      lambda: dataclasses.replace(base.train, **tkw))
-        spec = RunSpec(model=base.model, parallel=par, train=train,
-                       cluster=self.cluster(d["num_nodes"], d["hardware"]),
-                       framework="torchtitan")
-        simulated_view(spec)  # the costed layout must be legal too
-        return spec
 
     # ---- enumeration --------------------------------------------------------------
     def legal_points(self) -> list[Point]:

@@ -7,8 +7,8 @@ values tyro flags ``--<section>.<field>`` override; booleans are bare flags
 activation-checkpoint policy is a subcommand (``activation-checkpoint:none|selective|
 full``) that comes last. Field names take ``_`` or ``-``.
 
-``FLAGS`` holds every flag that changes step time or memory, with its spec key; both
-directions read it. Flags in ``NO_EFFECT`` are accepted and change nothing the
+``FLAGS`` holds every flag that changes step time or memory: the key parsing sets and the
+value a spec emits, side by side; both directions read it. Flags in ``NO_EFFECT`` are accepted and change nothing the
 projection models (one warning lists them); any other flag is accepted with a warning
 that it is not modelled.
 """
@@ -16,33 +16,67 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from typing import Callable
 
 AC_SUBCOMMAND = "activation-checkpoint:"
 
 
 @dataclass(frozen=True, slots=True)
 class Flag:
+    """One torchtitan flag: what parsing it sets (``key`` of TitanArgs.values) and what
+    a spec writes for it (``emit``: the value, or None to leave torchtitan's default;
+    a bool flag writes ``--x`` for True and ``--section.no-x`` for False)."""
     flag: str  # torchtitan's flag, underscore spelling
-    key: str  # the field of TitanArgs it sets
+    key: str
     kind: str  # int | str | bool
+    emit: Callable
+
+
+def _pp(spec, value):
+    return value if spec.parallel.pp > 1 else None
+
+
+def _local_batch(spec) -> int:
+    """Samples per data-parallel rank per pipeline flush: the microbatch without PP (more
+    microbatches are gradient accumulation steps), the whole step's share under PP (one
+    flush of global / dp samples, cut into pipeline microbatches)."""
+    t = spec.train
+    return t.micro_batch_size if spec.parallel.pp == 1 else t.global_batch_size // spec.dp
+
+
+def _layers_per_stage_flag(spec):
+    from primus_ext.spec.torchtitan import SINGLE_STAGE_SCHEDULES
+    p = spec.parallel
+    if p.pp == 1 or p.vpp == (1 if p.schedule in SINGLE_STAGE_SCHEDULES else 2):
+        return None  # torchtitan's default stages per rank
+    return _layers_per_stage(spec.model.num_layers, p.pp * p.vpp)
 
 
 FLAGS = (
-    Flag("--parallelism.data_parallel_replicate_degree", "dp_replicate", "int"),
-    Flag("--parallelism.data_parallel_shard_degree", "dp_shard", "int"),
-    Flag("--parallelism.tensor_parallel_degree", "tp", "int"),
-    Flag("--parallelism.enable_sequence_parallel", "sequence_parallel", "bool"),
-    Flag("--parallelism.pipeline_parallel_degree", "pp", "int"),
-    Flag("--parallelism.pipeline_parallel_schedule", "schedule", "str"),
-    Flag("--parallelism.pipeline_parallel_microbatch_size", "pp_microbatch_size", "int"),
-    Flag("--parallelism.pipeline_parallel_layers_per_stage", "layers_per_stage", "int"),
-    Flag("--parallelism.context_parallel_degree", "cp", "int"),
-    Flag("--parallelism.expert_parallel_degree", "ep", "int"),
-    Flag("--training.local_batch_size", "local_batch_size", "int"),
-    Flag("--training.global_batch_size", "global_batch_size", "int"),
-    Flag("--training.seq_len", "seq_len", "int"),
-    Flag("--compile.enable", "compile", "bool"),
-    Flag("--compile.enable_async_tensor_parallel", "async_tp", "bool"),
+    Flag("--parallelism.data_parallel_replicate_degree", "dp_replicate", "int",
+         lambda s: s.parallel.dp_replicate),
+    Flag("--parallelism.data_parallel_shard_degree", "dp_shard", "int",
+         lambda s: s.parallel.dp_shard),
+    Flag("--parallelism.tensor_parallel_degree", "tp", "int", lambda s: s.parallel.tp),
+    Flag("--parallelism.enable_sequence_parallel", "sequence_parallel", "bool",
+         lambda s: False if s.parallel.tp > 1 and not s.parallel.sequence_parallel
+         else None),
+    Flag("--parallelism.pipeline_parallel_degree", "pp", "int", lambda s: s.parallel.pp),
+    Flag("--parallelism.pipeline_parallel_schedule", "schedule", "str",
+         lambda s: _pp(s, s.parallel.schedule)),
+    Flag("--parallelism.pipeline_parallel_microbatch_size", "pp_microbatch_size", "int",
+         lambda s: _pp(s, s.train.micro_batch_size)),
+    Flag("--parallelism.pipeline_parallel_layers_per_stage", "layers_per_stage", "int",
+         _layers_per_stage_flag),
+    Flag("--parallelism.context_parallel_degree", "cp", "int", lambda s: s.parallel.cp),
+    Flag("--parallelism.expert_parallel_degree", "ep", "int", lambda s: s.parallel.ep),
+    Flag("--training.local_batch_size", "local_batch_size", "int", _local_batch),
+    Flag("--training.global_batch_size", "global_batch_size", "int",
+         lambda s: s.train.global_batch_size),
+    Flag("--training.seq_len", "seq_len", "int", lambda s: s.train.seq_length),
+    Flag("--compile.enable", "compile", "bool", lambda s: s.train.compile),
+    Flag("--compile.enable_async_tensor_parallel", "async_tp", "bool",
+         lambda s: True if s.parallel.tp_comm_overlap else None),
 )
 _BY_FLAG = {f.flag: f for f in FLAGS}
 
@@ -244,7 +278,6 @@ def registry_for(model) -> Registry:
 
 def titan_argv(spec) -> list[str]:
     """torchtitan's arguments for ``spec`` (a framework=torchtitan RunSpec)."""
-    from primus_ext.spec.torchtitan import SINGLE_STAGE_SCHEDULES, canonical_schedule
     if spec.framework != "torchtitan":
         raise ValueError(f"framework={spec.framework!r}: torchtitan's line needs "
                          "framework=torchtitan")
@@ -254,31 +287,16 @@ def titan_argv(spec) -> list[str]:
         raise ValueError(f"train.precision={t.precision}: torchtitan 0.3.0 sets float8 in "
                          f"the config function (no flag), and {r.config} "
                          f"{'has' if r.float8 else 'has no'} Float8LinearConverter")
-    a = ["--module", r.module, "--config", r.config,
-         "--parallelism.data_parallel_replicate_degree", str(p.dp_replicate),
-         "--parallelism.data_parallel_shard_degree", str(p.dp_shard),
-         "--parallelism.tensor_parallel_degree", str(p.tp),
-         "--parallelism.pipeline_parallel_degree", str(p.pp),
-         "--parallelism.context_parallel_degree", str(p.cp),
-         "--parallelism.expert_parallel_degree", str(p.ep)]
-    if p.tp > 1 and not p.sequence_parallel:
-        a.append("--parallelism.no-enable-sequence-parallel")
-    local = t.micro_batch_size
-    if p.pp > 1:
-        canon = canonical_schedule(p.schedule)
-        local = t.global_batch_size // spec.dp  # one pipeline flush per step
-        a += ["--parallelism.pipeline_parallel_schedule", canon,
-              "--parallelism.pipeline_parallel_microbatch_size", str(t.micro_batch_size)]
-        default_vpp = 1 if canon in SINGLE_STAGE_SCHEDULES else 2
-        if p.vpp != default_vpp:
-            a += ["--parallelism.pipeline_parallel_layers_per_stage",
-                  str(_layers_per_stage(spec.model.num_layers, p.pp * p.vpp))]
-    a += ["--training.local_batch_size", str(local),
-          "--training.global_batch_size", str(t.global_batch_size),
-          "--training.seq_len", str(t.seq_length),
-          "--compile.enable" if t.compile else "--compile.no-enable"]
-    if p.tp_comm_overlap:
-        a.append("--compile.enable_async_tensor_parallel")
+    a = ["--module", r.module, "--config", r.config]
+    for f in FLAGS:
+        value = f.emit(spec)
+        if value is None:
+            continue
+        if f.kind == "bool":
+            head, _, last = f.flag.rpartition(".")
+            a.append(f.flag if value else f"{head}.no-{last.replace('_', '-')}")
+        else:
+            a += [f.flag, str(value)]
     if p.pp > 1 or p.ep > 1:
         # Trainer.Config._validate_cuda_graphs: CUDA graphs do not support PP (nor EP
         # dispatchers that sync with the host).
