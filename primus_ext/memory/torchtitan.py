@@ -10,7 +10,8 @@ block, one for the embedding, one for the final norm with the output):
   each tensor's shard rounded up (FSDP2 pads dim 0 to the mesh size, approximated per
   tensor here);
 - sharded gradients in fp32 (``mixed_precision_reduce`` float32) and AdamW's two fp32
-  moments over the same shard; no separate master copy (the parameters are fp32);
+  moments over the same shard, plus its 4-byte ``step`` per parameter tensor; no
+  separate master copy (the parameters are fp32);
 - unsharded bf16 parameters in flight: with ``reshard_after_forward`` (torchtitan's
   default without PP) the block being computed and the next one, prefetched (FSDP2's
   implicit prefetch); without it (the default under PP, ``fsdp_reshard_after_forward``
@@ -87,10 +88,17 @@ def _block_params(tensors) -> list[tuple[int, int]]:
 
 
 @lru_cache(maxsize=4096)
-def _states(spec: RunSpec, stage: int) -> tuple[int, int, int, int, int, int]:
+def num_param_tensors(model, tensors) -> int:
+    """Parameter tensors as torchtitan registers them: megatron-core's list, with the
+    fused gated fc1 split into w1 and w3 (models/common/feed_forward.py)."""
+    split = sum(1 for t in tensors if model.gated and t.name.endswith("mlp.linear_fc1.weight"))
+    return len(tensors) + split
+
+
+def _states(spec: RunSpec, stage: int) -> tuple[int, int, int, int, int, int, int]:
     par = layout_par(spec)
     fsdp, efsdp = fsdp_sizes(spec)
-    shard = total = expert = 0
+    shard = total = expert = num_tensors = 0
     units: list[tuple[int, int]] = []
     for chunk in range(par.vpp):
         tensors = chunk_param_tensors(spec.model, par, stage, chunk)
@@ -99,6 +107,7 @@ def _states(spec: RunSpec, stage: int) -> tuple[int, int, int, int, int, int]:
             expert += t.numel if t.expert else 0
             shard += -(-t.numel // (efsdp if t.expert else fsdp))
         units += _block_params(tensors)
+        num_tensors += num_param_tensors(spec.model, tensors)
     sizes = [d + e for d, e in units]  # in execution order
     if reshard_after_forward(spec):
         # The unit computed and the next one, prefetched (forward: embedding, blocks,
@@ -107,7 +116,7 @@ def _states(spec: RunSpec, stage: int) -> tuple[int, int, int, int, int, int]:
     else:
         in_flight = total
     largest = max(sizes, default=0)
-    return total, expert, shard, in_flight, largest, fsdp
+    return total, expert, shard, in_flight, largest, fsdp, num_tensors
 
 
 def _chunk_activations(spec: RunSpec, stage: int, chunk: int, layers: int,
@@ -149,7 +158,7 @@ def _inflight(spec: RunSpec, stage: int, per_mb: tuple[int, ...]) -> tuple[int, 
 
 def _stage(spec: RunSpec, stage: int, options: MemoryOptions) -> StageMemory:
     model, par, train = spec.model, spec.parallel, spec.train
-    total, expert, shard, in_flight, largest, fsdp = _states(spec, stage)
+    total, expert, shard, in_flight, largest, fsdp, num_tensors = _states(spec, stage)
     lay = layout_par(spec)
     counts = lay.pipeline_layout or (model.num_layers,)
     chunks = [_chunk_activations(spec, stage, c, counts[c * par.pp + stage], options)
@@ -159,7 +168,11 @@ def _stage(spec: RunSpec, stage: int, options: MemoryOptions) -> StageMemory:
     act = sum(a * b for a, b in zip(alive, per_mb)) + max(c[1] for c in chunks)
     param_bytes = shard * PARAM_BYTES + in_flight * UNSHARDED_BYTES
     grad_bytes = shard * GRAD_BYTES + largest * (UNSHARDED_BYTES + GRAD_BYTES)
-    opt_bytes = shard * ADAMW_BYTES if train.optimizer == "adam" else shard * 4
+    # AdamW: two fp32 moments per element and a 4-byte fp32 ``step`` per parameter tensor
+    # (torch.optim.AdamW state; with torchtitan's default "fused" implementation it is on
+    # the device).
+    opt_bytes = (shard * ADAMW_BYTES + 4 * num_tensors if train.optimizer == "adam"
+                 else shard * 4)
     expert_dp = fsdp_sizes(spec)[1]
     other = other_items(model, par, train, spec.dp, expert_dp, act, options)
     other.pop("global_memory_buffer", None)  # megatron-core's, not torchtitan's

@@ -74,3 +74,34 @@ def test_report_totals_and_fit_verdict():
 def _opts():
     from primus_ext.memory.options import DEFAULT_OPTIONS
     return DEFAULT_OPTIONS
+
+
+def test_adamw_step_tensor_per_torchtitan_parameter_tensor():
+    # llama3 debugmodel, one rank: 6 blocks of 7 tensors (two norms, wqkv, wo, w1, w2,
+    # w3), the embedding, the final norm and lm_head = 45 tensors; torchtitan's model has
+    # exactly these (models/llama3 with fuse_qkv=True).
+    spec = primus_ext.compose(["framework=torchtitan", "model=llama3_debugmodel",
+                               "cluster.hardware=cpu", "cluster.num_nodes=1",
+                               "cluster.gpus_per_node=1", "train.seq_length=256",
+                               "train.global_batch_size=2", "train.micro_batch_size=2"])
+    st = primus_ext.memory(spec).stages[0]
+    assert st.optimizer_bytes == 8 * st.num_params + 4 * 45
+
+
+@pytest.mark.parametrize("flavor, preset", [("debugmodel", "llama3_debugmodel"),
+                                            ("8B", "llama3.1_8b"), ("70B", "llama3.1_70b")])
+def test_parameters_and_tensors_match_torchtitan_models(flavor, preset):
+    """Elements and tensors on one rank (no sharding) against torchtitan 0.3.0's own
+    model, built on the meta device."""
+    torch = pytest.importorskip("torch")
+    llama3 = pytest.importorskip("torchtitan.models.llama3")
+    with torch.device("meta"):
+        model = llama3.model_registry(flavor).model.build()
+    params = list(model.parameters())
+    spec = primus_ext.compose(["framework=torchtitan", f"model={preset}",
+                               "cluster.hardware=h100", "cluster.num_nodes=1",
+                               "cluster.gpus_per_node=1", "train.global_batch_size=1",
+                               "train.seq_length=2048"])
+    st = primus_ext.memory(spec).stages[0]
+    assert st.num_params == sum(p.numel() for p in params)
+    assert st.optimizer_bytes == 8 * st.num_params + 4 * len(params)
