@@ -18,9 +18,9 @@ model and schedule simulator as a megatron-core one, on an equivalent layout:
   output weighted as one layer each), schedules mapped by ``spec/torchtitan.py``
   (GPipe, 1F1B, Interleaved1F1B, and the zero-bubble ones as ZB-H1);
 - activation checkpointing: ``full`` = every block recomputed whole; ``selective``
-  (torchtitan's op-level SAC) recomputes the norms, RoPE, residual adds and the ``wo``
-  projection (every second mm of the block is recomputed: wo and w3; w3's recompute and
-  the SwiGLU product are not counted, a named under-count);
+  (torchtitan's op-level SAC) recomputes the ops outside its save list (norms, RoPE,
+  residual adds, the SwiGLU activation) and every second mm of the block (wo, and w3 as
+  half of the fused fc1); the SP all-gathers it re-issues under TP are not counted;
 - ``train.compile``: fused elementwise kernels (RMSNorm, RoPE, SwiGLU, the loss) instead
   of eager chains of single-op kernels (``train.fused_elementwise``);
 - attention: PyTorch SDPA's flash backend (FlashAttention-2 kernels,

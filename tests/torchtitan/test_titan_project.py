@@ -59,3 +59,20 @@ def test_published_torchtitan_rows(titan_rows):
     errs = [abs(r.rel_error) for r in titan_rows]
     assert percentile(errs, 50) <= 0.10
     assert max(errs) <= 0.20
+
+
+def test_sac_recomputes_what_torchtitan_s_policy_does_not_save():
+    """SelectiveAC saves mm / SDPA outputs except every second mm: per block the norms,
+    RoPE, residual adds, the SwiGLU activation, wo and w3 (half of the fused fc1 here)
+    run again in backward; nothing of attention or of wqkv / w1 / w2 does."""
+    from primus_ext.compute.layer_ops import decoder_layer_ops
+    from primus_ext.compute.ops import Shapes
+    from primus_ext.project.simulate_backend import simulate_layer_costs
+    spec = simulated_view(primus_ext.compose(BASE + ["train.activation_checkpoint=selective"]))
+    ops = {o.name: o for o in decoder_layer_ops(Shapes(spec), moe=False, window=None)}
+    expect = sum(o.fwd_s for o in ops.values()
+                 if o.module in ("layernorm", "rope", "bda", "proj") or o.name == "act")
+    expect += ops["fc1"].fwd_s / 2
+    dense = simulate_layer_costs(spec).kinds["dense"]
+    assert dense.recompute_s == pytest.approx(expect, rel=1e-12)
+    assert ops["core_attn"].fwd_s > 0 and expect < 0.5 * dense.fwd_s
