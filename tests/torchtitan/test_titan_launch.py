@@ -53,3 +53,39 @@ def test_bad_line_exits_non_zero_with_one_message(tmp_path):
                        capture_output=True, text=True, env=_env(), timeout=300)
     assert r.returncode == 2
     assert r.stderr.startswith("error: --module llama3 --config nope")
+
+
+def test_hybrid_backend_calls_the_measurement_hook(tmp_path, monkeypatch):
+    """--projection-backend hybrid hands the target spec and torchtitan's own arguments to
+    frameworks.torchtitan.measure.run_measurement and projects what it returns."""
+    import importlib.machinery
+    import types
+
+    import primus_ext
+    from primus_ext.frameworks.torchtitan import launch
+    calls = []
+    fake = types.ModuleType(launch.MEASURE_MODULE)
+    fake.__spec__ = importlib.machinery.ModuleSpec(launch.MEASURE_MODULE, None)
+
+    def run_measurement(spec, argv):
+        calls.append((spec, argv))
+        return primus_ext.project(spec)
+    fake.run_measurement = run_measurement
+    monkeypatch.setitem(sys.modules, launch.MEASURE_MODULE, fake)
+    out = tmp_path / "f.json"
+    own, titan = launch.split_args([*TINY, *TARGET[:1], "--projection-backend", "hybrid",
+                                    *TARGET[3:], "--projection-out", str(out)])
+    assert titan == TINY
+    launch.project_only(own, titan)
+    (spec, argv), = calls
+    assert spec.framework == "torchtitan" and spec.world_size == 16 and argv == TINY
+    assert json.loads(out.read_text())["config"]["framework"] == "torchtitan"
+
+
+def test_hybrid_without_the_measurement_says_so(monkeypatch):
+    from primus_ext.frameworks.torchtitan import launch
+    monkeypatch.setattr(launch.importlib.util, "find_spec", lambda name: None)
+    own, titan = launch.split_args([*TINY, "--project-only", "--projection-backend",
+                                    "hybrid"])
+    with pytest.raises(ValueError, match="--projection-backend simulate"):
+        launch.project_only(own, titan)

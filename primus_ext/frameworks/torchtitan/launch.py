@@ -7,7 +7,8 @@
   ``--target-gpus-per-node``, ``--target-hardware``) by ``--projection-backend``:
   ``simulate`` (the analytic model, rank 0 only) or ``hybrid`` (a measured downscaled
   torchtitan run: ``primus_ext.frameworks.torchtitan.measure.run_measurement(spec,
-  titan_argv, options)`` returning an Estimate, run by every local rank). Without the
+  titan_argv)``, run by every local rank, returning the Profile (or an Estimate), which
+  rank 0 projects to the target). Without the
   flag the hybrid backend is used when that module is installed, else simulate. Rank 0
   prints the projection and writes ``--projection-out`` (the Estimate JSON with a
   ``config`` dict: framework, model, parallel, train, cluster);
@@ -96,9 +97,13 @@ def project_only(own: argparse.Namespace, titan: list[str]) -> dict:
     if backend == "hybrid":
         import importlib
         measure = importlib.import_module(MEASURE_MODULE)
-        est = measure.run_measurement(spec, titan, own)
-        if _rank() != 0 or est is None:
+        result = measure.run_measurement(spec, titan)  # every local rank measures
+        if _rank() != 0 or result is None:
             return {}
+        est = result
+        if not hasattr(result, "step_time_s"):  # a Profile: restore the target from it
+            from primus_ext.project.from_profile import project_from_profile
+            est = project_from_profile(result, spec)
     else:
         if _rank() != 0:
             return {}
