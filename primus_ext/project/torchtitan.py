@@ -49,6 +49,12 @@ SAC_MODULES = ("torchtitan_sac",)
 def view_notes(spec: RunSpec) -> tuple[str, ...]:
     """What the costed layout leaves out for this spec, said with the result."""
     out = ["framework: torchtitan (costed as its equivalent layout, project/torchtitan.py)"]
+    if spec.parallel.ep > 1 and not spec.model.is_moe:
+        out.append(f"parallel.ep={spec.parallel.ep} has no effect on a dense model "
+                   "(torchtitan ParallelismConfig.expert_parallel_degree)")
+    if spec.parallel.tp_comm_overlap and not spec.parallel.sequence_parallel:
+        out.append("async TP without sequence parallelism: inductor's micro-pipeline TP "
+                   "finds no all-gather / reduce-scatter next to a matmul to overlap")
     if spec.parallel.dp_replicate > 1:
         out.append(f"HSDP (dp_replicate={spec.parallel.dp_replicate}): FSDP collectives "
                    "costed over all data-parallel ranks; the replicas' gradient all-reduce "
