@@ -98,3 +98,17 @@ def test_emit_refuses_a_model_torchtitan_has_no_config_for():
     spec = primus_ext.compose(["framework=torchtitan", "model=gpt3_5b"] + CLUSTER)
     with pytest.raises(ValueError, match="no torchtitan config function"):
         titan_argv(spec)
+
+
+def test_recipe_script_for_lines_torchtitan_cannot_express(tmp_path):
+    import subprocess
+    from primus_ext.frameworks.torchtitan.flags import script
+    fp8 = primus_ext.compose(["framework=torchtitan", "model=llama3.1_8b",
+                              "train.precision=fp8"] + CLUSTER)
+    text = script(fp8)
+    assert "# note: train.precision=fp8" in text and "torchtitan.train" in text
+    other = primus_ext.compose(["framework=torchtitan", "model=gpt3_5b"] + CLUSTER)
+    path = tmp_path / "torchtitan_args.sh"
+    path.write_text(script(other))
+    r = subprocess.run(["bash", str(path)], capture_output=True, text=True)
+    assert r.returncode == 2 and "no torchtitan config function" in r.stderr

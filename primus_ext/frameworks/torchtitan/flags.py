@@ -276,17 +276,27 @@ def registry_for(model) -> Registry:
                      "needs one (--module/--config)")
 
 
-def titan_argv(spec) -> list[str]:
-    """torchtitan's arguments for ``spec`` (a framework=torchtitan RunSpec)."""
+def float8_mismatch(spec) -> str | None:
+    """Why the config function's float8 setting differs from ``train.precision``."""
+    r = registry_for(spec.model)
+    if (spec.train.precision == "fp8") == r.float8:
+        return None
+    return (f"train.precision={spec.train.precision}: torchtitan 0.3.0 sets float8 in the "
+            f"config function (Float8LinearConverter in model_spec converters; no flag), "
+            f"and {r.config} {'has' if r.float8 else 'has no'} Float8LinearConverter")
+
+
+def titan_argv(spec, *, strict: bool = True) -> list[str]:
+    """torchtitan's arguments for ``spec`` (a framework=torchtitan RunSpec). ``strict``
+    refuses a precision the config function does not set (see float8_mismatch)."""
     if spec.framework != "torchtitan":
         raise ValueError(f"framework={spec.framework!r}: torchtitan's line needs "
                          "framework=torchtitan")
     r = registry_for(spec.model)
     p, t = spec.parallel, spec.train
-    if (t.precision == "fp8") != r.float8:
-        raise ValueError(f"train.precision={t.precision}: torchtitan 0.3.0 sets float8 in "
-                         f"the config function (no flag), and {r.config} "
-                         f"{'has' if r.float8 else 'has no'} Float8LinearConverter")
+    why = float8_mismatch(spec)
+    if strict and why:
+        raise ValueError(why)
     a = ["--module", r.module, "--config", r.config]
     for f in FLAGS:
         value = f.emit(spec)
@@ -315,13 +325,13 @@ def _layers_per_stage(num_layers: int, stages: int) -> int:
     return lps
 
 
-def torchrun_line(spec, nproc_per_node: int | None = None) -> str:
+def torchrun_line(spec, nproc_per_node: int | None = None, *, strict: bool = True) -> str:
     """``torchrun ... -m torchtitan.train <args>``, every value shlex-quoted."""
     c = spec.cluster
     n = nproc_per_node or c.node_size
     head = ["torchrun", f"--nnodes={c.num_nodes}", f"--nproc-per-node={n}", "-m",
             "torchtitan.train"]
-    quoted = [shlex.quote(x) for x in head + titan_argv(spec)]
+    quoted = [shlex.quote(x) for x in head + titan_argv(spec, strict=strict)]
     return " ".join(quoted)
 
 
@@ -333,7 +343,16 @@ def script(spec, comment: str = "") -> str:
              f"# layout: {spec.layout.describe()}"]
     if comment:
         lines.append(f"# {comment}")
+    lines.append("set -euo pipefail")
+    try:
+        registry_for(spec.model)
+    except ValueError as exc:  # no line torchtitan could run: say so when executed
+        lines += [f"echo {shlex.quote('primus-ext: ' + str(exc))} >&2", "exit 2", ""]
+        return "\n".join(lines)
+    why = float8_mismatch(spec)
+    if why:
+        lines.append(f"# note: {why}; set it there before launching")
     # Extra flags go before the activation-checkpoint subcommand, which must come last.
-    words = torchrun_line(spec).split(" ")
-    lines += ["set -euo pipefail", " ".join(words[:-1] + ['"$@"', words[-1]]), ""]
+    words = torchrun_line(spec, strict=False).split(" ")
+    lines += [" ".join(words[:-1] + ['"$@"', words[-1]]), ""]
     return "\n".join(lines)
