@@ -17,7 +17,9 @@ block, one for the embedding, one for the final norm with the output):
   implicit prefetch); without it (the default under PP, ``fsdp_reshard_after_forward``
   "default") every block of the stage stays gathered from its forward to its backward;
 - in a block's backward, its unsharded bf16 gradient and the fp32 copy the
-  reduce-scatter reads (``reduce_dtype`` float32).
+  reduce-scatter reads (``reduce_dtype`` float32); under PP the whole stage's unsharded
+  gradients accumulate in fp32 until the last microbatch (gradient sync deferred by
+  torch.distributed.pipelining).
 
 Activations: ``torchtitan_act.py`` per block and microbatch, times the microbatches in
 flight of the pipeline schedule (1F1B / ZB: ``pp - stage``; GPipe: all; interleaved as
@@ -140,7 +142,8 @@ def _chunk_activations(spec: RunSpec, stage: int, chunk: int, layers: int,
         saved += sum(embedding_items(par, train).values())
     if last:
         saved += sum(output_items(model, par, train).values())
-        working = max(working, loss_working_bytes(model, par, train))
+        working = max(working, loss_working_bytes(model, par, train,
+                                                  options.torchtitan_loss_chunks))
     return saved, working
 
 
@@ -167,7 +170,14 @@ def _stage(spec: RunSpec, stage: int, options: MemoryOptions) -> StageMemory:
     alive = _inflight(spec, stage, per_mb)
     act = sum(a * b for a, b in zip(alive, per_mb)) + max(c[1] for c in chunks)
     param_bytes = shard * PARAM_BYTES + in_flight * UNSHARDED_BYTES
-    grad_bytes = shard * GRAD_BYTES + largest * (UNSHARDED_BYTES + GRAD_BYTES)
+    if par.pp > 1:
+        # torch.distributed.pipelining (stage.py) turns FSDP2's gradient sync off for all
+        # but the last microbatch: FSDPParam.to_accumulated_grad_if_needed keeps every
+        # unsharded gradient of the stage, upcast to the reduce dtype (fp32), next to
+        # the bf16 gradient of the unit being accumulated.
+        grad_bytes = shard * GRAD_BYTES + total * GRAD_BYTES + largest * UNSHARDED_BYTES
+    else:
+        grad_bytes = shard * GRAD_BYTES + largest * (UNSHARDED_BYTES + GRAD_BYTES)
     # AdamW: two fp32 moments per element and a 4-byte fp32 ``step`` per parameter tensor
     # (torch.optim.AdamW state; with torchtitan's default "fused" implementation it is on
     # the device).
