@@ -112,3 +112,12 @@ def test_recipe_script_for_lines_torchtitan_cannot_express(tmp_path):
     path.write_text(script(other))
     r = subprocess.run(["bash", str(path)], capture_output=True, text=True)
     assert r.returncode == 2 and "no torchtitan config function" in r.stderr
+
+
+def test_schedule_names_parse_in_any_case_as_torchtitan_does():
+    ta = parse_titan(["--module", "llama3", "--config", "llama3_8b",
+                      "--parallelism.pipeline_parallel_degree", "2",
+                      "--parallelism.pipeline_parallel_schedule", "interleaved1f1b",
+                      "--training.local_batch_size", "4"])
+    spec = primus_ext.compose(to_overrides(ta, 32, 16) + CLUSTER)
+    assert (spec.parallel.schedule, spec.parallel.vpp) == ("Interleaved1F1B", 2)

@@ -232,7 +232,8 @@ def _stages(num_layers: int, pp: int, multi: bool, layers_per_stage: int | None)
 
 def to_overrides(ta: TitanArgs, num_layers: int, world_size: int) -> list[str]:
     """The Hydra overrides of a parsed line on ``world_size`` ranks."""
-    from primus_ext.spec.torchtitan import SINGLE_STAGE_SCHEDULES, canonical_schedule
+    from primus_ext.spec.torchtitan import (SCHEDULE_SIM, SINGLE_STAGE_SCHEDULES,
+                                            canonical_schedule)
     r, v = ta.registry, ta.values
     tp, pp, cp = v.get("tp", r.tp), v.get("pp", 1), v.get("cp", 1)
     dp_rep, dp_shard = v.get("dp_replicate", 1), v.get("dp_shard", -1)
@@ -242,7 +243,9 @@ def to_overrides(ta: TitanArgs, num_layers: int, world_size: int) -> list[str]:
     gbs = v.get("global_batch_size", -1)
     gbs = local * dp if gbs < 0 else gbs
     schedule = v.get("schedule", r.schedule)
-    canon = canonical_schedule(schedule) or schedule
+    # torch's get_schedule_class ignores case: take torchtitan's spelling of the name.
+    canon = next((k for k in SCHEDULE_SIM if k.lower() == schedule.lower()),
+                 canonical_schedule(schedule) or schedule)
     mbs = v.get("pp_microbatch_size", 1) if pp > 1 else local
     vpp = _stages(num_layers, pp, canon not in SINGLE_STAGE_SCHEDULES,
                   v.get("layers_per_stage")) if pp > 1 else 1
