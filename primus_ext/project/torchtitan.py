@@ -32,8 +32,11 @@ Under PP, FSDP2 runs without ``reshard_after_forward`` and syncs gradients on th
 microbatch only: one all-gather and one reduce-scatter per step, charged as megatron-core's
 distributed optimizer (the published-run reader's rule for sharded DP next to a pipeline).
 
-Not modelled: HSDP's replicate axis as a separate group (the FSDP collectives span
-``dp_replicate * dp_shard * cp``; the replicas' all-reduce is not added).
+HSDP (``dp_replicate > 1``): one replica is costed -- an FSDP2 job on world /
+dp_replicate ranks with the same per-rank work and microbatches, so its FSDP collectives
+span dp_shard * cp ranks; the replicas' gradient all-reduce is not added. (pp > 1 with
+a replica smaller than a node: torchtitan's mesh puts pp outermost, so a replica is not
+contiguous; the FSDP collectives then span all data-parallel ranks.)
 """
 from __future__ import annotations
 
@@ -56,10 +59,25 @@ def view_notes(spec: RunSpec) -> tuple[str, ...]:
         out.append("async TP without sequence parallelism: inductor's micro-pipeline TP "
                    "finds no all-gather / reduce-scatter next to a matmul to overlap")
     if spec.parallel.dp_replicate > 1:
-        out.append(f"HSDP (dp_replicate={spec.parallel.dp_replicate}): FSDP collectives "
-                   "costed over all data-parallel ranks; the replicas' gradient all-reduce "
-                   "is not modelled")
+        how = ("one replica costed (its FSDP2 group of dp_shard*cp ranks); the replicas' "
+               "gradient all-reduce is not modelled" if _replica_cluster(spec) is not None
+               else "FSDP collectives costed over all data-parallel ranks (a replica is "
+               "not a whole number of nodes); the replicas' all-reduce is not modelled")
+        out.append(f"HSDP (dp_replicate={spec.parallel.dp_replicate}): {how}")
     return tuple(out)
+
+
+def _replica_cluster(spec: RunSpec):
+    """The cluster of one HSDP replica (torchtitan's dp_replicate axis is outermost but
+    for pp: a replica is world / dp_replicate consecutive ranks), or None when it is
+    not whole nodes nor part of one node."""
+    c, r = spec.cluster, spec.parallel.dp_replicate
+    ranks = spec.world_size // r
+    if c.num_nodes % r == 0:
+        return replace(c, num_nodes=c.num_nodes // r)
+    if spec.parallel.pp == 1 and ranks < c.node_size and c.node_size % ranks == 0:
+        return replace(c, num_nodes=1, gpus_per_node=ranks)
+    return None
 
 
 def simulated_view(spec: RunSpec) -> RunSpec:
@@ -91,5 +109,11 @@ def simulated_view(spec: RunSpec) -> RunSpec:
     train = replace(t, activation_checkpoint="none", compile=False,
                     fused_elementwise=t.compile, cross_entropy_loss_fusion=t.compile,
                     attention_backend="flash", flash_attn_impl="fa2", **rec)
-    return RunSpec(model=m, parallel=par, train=train, cluster=spec.cluster,
+    cluster = spec.cluster
+    if p.dp_replicate > 1 and _replica_cluster(spec) is not None:
+        # HSDP: each replica is an FSDP2 job on its own ranks (same per-rank work, same
+        # microbatches); its gradients are all-reduced across replicas (not costed).
+        cluster = _replica_cluster(spec)
+        train = replace(train, global_batch_size=t.global_batch_size // p.dp_replicate)
+    return RunSpec(model=m, parallel=par, train=train, cluster=cluster,
                    framework="megatron")

@@ -76,3 +76,20 @@ def test_sac_recomputes_what_torchtitan_s_policy_does_not_save():
     dense = simulate_layer_costs(spec).kinds["dense"]
     assert dense.recompute_s == pytest.approx(expect, rel=1e-12)
     assert ops["core_attn"].fwd_s > 0 and expect < 0.5 * dense.fwd_s
+
+
+def test_hsdp_costs_one_replica():
+    job = ["framework=torchtitan", "model=llama3_70b", "cluster.hardware=h100",
+           "cluster.num_nodes=4", "parallel.tp=2", "train.global_batch_size=64",
+           "train.activation_checkpoint=full"]
+    fsdp = primus_ext.compose(job)
+    hsdp = primus_ext.compose(job + ["parallel.dp_replicate=4"])
+    view = simulated_view(hsdp)
+    # One replica: a node of 8 ranks, FSDP2 over its 4 dp_shard ranks, same microbatches.
+    assert (view.world_size, view.dp, view.num_microbatches) == (8, 4, hsdp.num_microbatches)
+    e_f, e_h = primus_ext.project(fsdp), primus_ext.project(hsdp)
+    assert e_h.breakdown["dp_comm_s"] < e_f.breakdown["dp_comm_s"]
+    assert any(n.startswith("HSDP (dp_replicate=4): one replica") for n in e_h.notes)
+    # Memory: parameters sharded over 4 ranks instead of 16.
+    assert primus_ext.memory(hsdp).stages[0].optimizer_bytes > \
+        3.9 * primus_ext.memory(fsdp).stages[0].optimizer_bytes
