@@ -38,8 +38,8 @@ def test_project_only_simulate_writes_the_estimate_with_config(tmp_path):
 def test_under_torchrun_two_processes(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "f.json"
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node",
-                        "2", "--master-port", "29631",
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node", "2",
                         str(ROOT / "launch" / "torchtitan_train.py"), *TINY, *TARGET,
                         "--projection-out", str(out)],
                        capture_output=True, text=True, env=_env(), timeout=600)
