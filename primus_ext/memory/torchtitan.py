@@ -93,7 +93,8 @@ def _block_params(tensors) -> list[tuple[int, int]]:
 def num_param_tensors(model, tensors) -> int:
     """Parameter tensors as torchtitan registers them: megatron-core's list, with the
     fused gated fc1 split into w1 and w3 (models/common/feed_forward.py)."""
-    split = sum(1 for t in tensors if model.gated and t.name.endswith("mlp.linear_fc1.weight"))
+    split = sum(1 for t in tensors
+                if model.gated and t.name.endswith("mlp.linear_fc1.weight"))
     return len(tensors) + split
 
 

@@ -95,7 +95,8 @@ def simulated_view(spec: RunSpec) -> RunSpec:
     # last microbatch): one gather and one reduce-scatter per step, as megatron-core's
     # distributed optimizer communicates.
     fsdp = p.pp == 1
-    par = replace(p, fsdp=fsdp, use_distributed_optimizer=not fsdp, grad_reduce_in_fp32=True,
+    par = replace(p, fsdp=fsdp, use_distributed_optimizer=not fsdp,
+                  grad_reduce_in_fp32=True,
                   etp=1 if m.is_moe else None, ep=p.ep if m.is_moe else 1,
                   schedule=sched, pipeline_layout=layout, dp_shard=-1, dp_replicate=1,
                   cp_comm_type="allgather" if p.cp > 1 else p.cp_comm_type,

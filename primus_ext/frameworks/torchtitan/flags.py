@@ -8,9 +8,9 @@ activation-checkpoint policy is a subcommand (``activation-checkpoint:none|selec
 full``) that comes last. Field names take ``_`` or ``-``.
 
 ``FLAGS`` holds every flag that changes step time or memory: the key parsing sets and the
-value a spec emits, side by side; both directions read it. Flags in ``NO_EFFECT`` are accepted and change nothing the
-projection models (one warning lists them); any other flag is accepted with a warning
-that it is not modelled.
+value a spec emits, side by side; both directions read it. Flags in ``NO_EFFECT`` are
+accepted and change nothing the projection models (one line lists them); any other flag
+is accepted with a warning that it is not modelled.
 """
 from __future__ import annotations
 
@@ -176,7 +176,8 @@ def parse_titan(argv: list[str]) -> TitanArgs:
             i += 1
             continue
         if not arg.startswith("--"):
-            raise ValueError(f"unexpected argument {arg!r} (torchtitan flags start with --)")
+            raise ValueError(f"unexpected argument {arg!r} (torchtitan flags start with "
+                             "--)")
         name, eq, inline = arg.partition("=")
         name = _normal(name)
         if name in ("--module", "--config"):
@@ -259,7 +260,8 @@ def to_overrides(ta: TitanArgs, num_layers: int, world_size: int) -> list[str]:
           f"parallel.tp_comm_overlap={bool(v.get('async_tp', r.async_tp))}",
           f"train.seq_length={v.get('seq_len', r.seq_len)}",
           f"train.micro_batch_size={mbs}", f"train.global_batch_size={gbs}",
-          f"train.activation_checkpoint={v.get('activation_checkpoint', r.activation_checkpoint)}",
+          "train.activation_checkpoint="
+          f"{v.get('activation_checkpoint', r.activation_checkpoint)}",
           f"train.compile={bool(compile_on)}",
           f"train.precision={'fp8' if r.float8 else 'bf16'}"]
     return ov

@@ -130,7 +130,8 @@ def project_only(own: argparse.Namespace, titan: list[str]) -> dict:
 def train(titan: list[str]) -> None:
     """Run torchtitan's own trainer with the same arguments."""
     if importlib.util.find_spec("torchtitan") is None:
-        raise ValueError("torchtitan is not installed: pip install 'primus-ext[torchtitan]' "
+        raise ValueError("torchtitan is not installed: pip install "
+                         "'primus-ext[torchtitan]' "
                          "(or add --project-only)")
     import runpy
     sys.argv = ["torchtitan.train"] + titan
