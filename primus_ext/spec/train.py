@@ -90,8 +90,6 @@ class TrainSpec:
         one_of(_OWNER, "optimizer", self.optimizer, OPTIMIZERS)
         one_of(_OWNER, "activation_checkpoint", self.activation_checkpoint,
                ACTIVATION_CHECKPOINTS)
-        if not isinstance(self.compile, bool):
-            raise ValueError(f"train.compile={self.compile!r} must be true or false")
         one_of(_OWNER, "main_grads_dtype", self.main_grads_dtype, MAIN_GRADS_DTYPES)
         one_of(_OWNER, "exp_avg_dtype", self.exp_avg_dtype, EXP_AVG_DTYPES)
         one_of(_OWNER, "exp_avg_sq_dtype", self.exp_avg_sq_dtype, EXP_AVG_DTYPES)

@@ -28,7 +28,7 @@ def test_compose_resolves_dp_shard_and_keeps_megatron_default():
       "train.global_batch_size=16"], "needs num_microbatches >= pp"),
     (["train.recompute_granularity=selective"], "train.activation_checkpoint"),
     (["train.activation_checkpoint=op"], "must be one of 'none', 'selective', 'full'"),
-    (["train.compile=maybe"], "must be true or false"),
+    (["train.compile=maybe"], "must be a boolean"),
 ])
 def test_torchtitan_rules_are_named(overrides, rule):
     with pytest.raises(ValueError, match=rule.replace("(", r"\(").replace(".", r"\.")):
