@@ -96,7 +96,7 @@ def spec_from_cfg(cfg: DictConfig) -> RunSpec:
                     {**{f.name: getattr(hw, f.name) for f in dataclasses.fields(hw)},
                      **hw_overrides})
     parts["cluster"] = _build(ClusterSpec, "cluster", {**cluster, "hardware": hw})
-    return RunSpec(**parts)
+    return RunSpec(**parts, framework=str(cfg.get("framework", "megatron")))
 
 
 _OWNERS = {HardwareSpec: "hardware"}

@@ -128,6 +128,38 @@ def grouped(tables: dict) -> list[str]:
     return lines
 
 
+def torchtitan_rows(results, runs_by_id) -> list[str]:
+    """The torchtitan benchmark rows, read as framework=torchtitan (FSDP2, torchtitan's
+    activation checkpointing, compile, async TP, schedules; published/torchtitan.py)."""
+    rows = [r for r in results if runs_by_id[r.run_id].spec is not None
+            and runs_by_id[r.run_id].spec.framework == "torchtitan"]
+    errs = [abs(r.rel_error) for r in rows if r.rel_error is not None]
+    if not errs:
+        return []
+    lines = ["## torchtitan rows (framework=torchtitan)", "",
+             f"{len(errs)} rows, median |error| **{_pct(percentile(errs, 50))}**, max "
+             f"{_pct(max(errs))}. Costed as torchtitan runs: FSDP2 over dp_shard (per-block "
+             "all-gathers, the next block prefetched, reduce-scatter behind backward; one "
+             "gather and one reduce-scatter per step under PP), op-level selective "
+             "checkpointing, compiled or eager elementwise kernels, async TP, torchtitan's "
+             "pipeline split and schedules (`primus_ext/project/torchtitan.py`); memory by "
+             "`primus_ext/memory/torchtitan.py`.", "",
+             "| run | layout | AC | compile | precision | async TP | projected | measured "
+             "| error | peak GiB |",
+             "| --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        spec, e = runs_by_id[r.run_id].spec, r.estimate
+        p, t = spec.parallel, spec.train
+        sched = f" {p.schedule}" if p.pp > 1 else ""
+        layout = f"FSDP{spec.dp} TP{p.tp} PP{p.pp}{sched} CP{p.cp}"
+        lines.append(f"| {r.run_id} | {layout} | {t.activation_checkpoint} | "
+                     f"{'yes' if t.compile else 'no'} | {t.precision} | "
+                     f"{'yes' if p.tp_comm_overlap else 'no'} | "
+                     f"{e.tokens_per_s_per_gpu:,.0f} | {r.measured_tokens_per_s_per_gpu:,.0f}"
+                     f" | {r.rel_error:+.1%} | {e.memory.peak_bytes / 2**30:.1f} |")
+    return lines
+
+
 def constants(calib) -> list[str]:
     knobs = ", ".join(f"`{k}` ({' + '.join(v[0])}, bounds {v[1]}-{v[2]})"
                       for k, v in FITTED.items())
@@ -214,8 +246,10 @@ def report(loso: bool = True) -> str:
         errs = [abs(r.rel_error) for r in res if r.rel_error is not None]
         summary.append(f"| {name} | **{_pct(percentile(errs, 50))}** | "
                        f"**{_pct(percentile(errs, 90))}** |")
+    by_id = {r.run_id: r for r in runs}
     lines = [HEADER.format(calib=CALIB_PATH.relative_to(ROOT), **BOUNDS), *summary, "",
-             *grouped(tables), "", *constants(calib), ""]
+             *grouped(tables), "", *torchtitan_rows(results, by_id), "", *constants(calib),
+             ""]
     if held is not None:
         lines += [*loso_table(held, seconds), ""]
     lines += [LIMITS]

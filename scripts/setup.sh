@@ -18,7 +18,10 @@ fi
 # torch first and pinned: a plain `torch` requirement would pull a multi-GB CUDA build.
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q "megatron-core>=0.14,<0.20"
-.venv/bin/python -m pip install -q -e ".[measure,dev,launchers]" --config-settings editable_mode=compat
+# torchtitan (extra `torchtitan`: torchtitan 0.3.0 and triton, about 410 MB of wheels)
+# so that the tests parse recipes with torchtitan's own ConfigManager; the Hydra
+# submitit launcher (extra `launchers`) for sweeps and tuner shards.
+.venv/bin/python -m pip install -q -e ".[measure,dev,torchtitan,launchers]" --config-settings editable_mode=compat
 if .venv/bin/python -m pip show transformer-engine >/dev/null 2>&1; then
   echo "setup: transformer-engine is installed in .venv; remove it on CPU machines" >&2
   exit 1

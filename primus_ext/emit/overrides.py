@@ -35,7 +35,7 @@ def _starting_overrides(spec: RunSpec, user: Sequence[str] | None) -> list[str]:
         return [o for o in user if keep_override(o)]
     from primus_ext.presets import list_presets
 
-    out = []
+    out = [] if spec.framework == "megatron" else [f"framework={spec.framework}"]
     if spec.model.name in list_presets("model"):
         out.append(f"model={spec.model.name}")
     out.append(f"cluster.hardware={spec.cluster.hardware.name}")

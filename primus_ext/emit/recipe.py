@@ -3,7 +3,9 @@
 - ``overrides.txt``: Hydra overrides, one per line, that reproduce the winner:
   ``primus-ext mode=project $(cat overrides.txt)`` projects it with the same figures;
 - ``recipe.yaml``: the full composed config of the winner;
-- ``megatron_args.sh``: a torchrun line with Megatron-LM flags for the winner;
+- ``megatron_args.sh``: a torchrun line with Megatron-LM flags for the winner, or with
+  ``framework=torchtitan`` ``torchtitan_args.sh``: ``torchrun ... -m torchtitan.train``
+  with torchtitan's flags (``frameworks/torchtitan/flags.py``);
 - ``report.md``: winner against baseline and reference, top-k, Pareto front, search;
 - ``timeline.json``: Chrome trace of the winner's simulated step;
 - ``trials.png``: every candidate, tokens/s/GPU against peak memory, winner and baseline;
@@ -68,9 +70,15 @@ def write_recipe(result, out_dir: str | os.PathLike, user_overrides: Sequence[st
     files["recipe"] = atomic_write_text(out / "recipe.yaml", recipe_config(overrides))
     title = (f"{result.best_spec.model.name}: {describe(result.best.point)} "
              f"({result.best.metrics['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU projected)")
-    files["megatron_args"] = atomic_write_text(out / "megatron_args.sh",
-                                               torchrun_script(result.best_spec, title))
-    os.chmod(files["megatron_args"], 0o755)
+    if result.best_spec.framework == "torchtitan":
+        from primus_ext.frameworks.torchtitan.flags import script as titan_script
+        key, name, text = "torchtitan_args", "torchtitan_args.sh", titan_script(
+            result.best_spec, title)
+    else:
+        key, name, text = "megatron_args", "megatron_args.sh", torchrun_script(
+            result.best_spec, title)
+    files[key] = atomic_write_text(out / name, text)
+    os.chmod(files[key], 0o755)
     trace = _timeline(result, project_fn)
     if trace is not None:
         files["timeline"] = atomic_write_text(out / "timeline.json", json.dumps(trace))

@@ -77,7 +77,7 @@ def render_report(result, overrides: list[str]) -> str:
          "precision).",
          "",
          "Reproduce the projection: `primus-ext mode=project $(cat overrides.txt)`; launch: "
-         "`megatron_args.sh`.", ""]
+         f"`{'torchtitan' if spec.framework == 'torchtitan' else 'megatron'}_args.sh`.", ""]
     L += ["## Winner against the baseline", ""]
     base = r.baseline
     cmp_trial = base if base is not None and base.verdict == "ok" else r.start

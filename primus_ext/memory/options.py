@@ -51,6 +51,12 @@ class MemoryOptions:
     # half: 5 instead of 3 ffn-sized tensors.
     bias_activation_fusion: bool = True
 
+    # ---- torchtitan implementation switches -----------------------------------------
+    # ChunkedLossWrapper num_chunks (torchtitan 0.3.0 components/loss.py, default 8):
+    # lm_head and the loss run chunk by chunk; 1 = the whole-sequence logits and fp32
+    # cross-entropy of torchtitan before the chunked loss (the Dec. 2024 benchmarks).
+    torchtitan_loss_chunks: int = 8
+
     # ---- non-model memory on a GPU ---------------------------------------------------
     # CUDA context, kernels/modules loaded, cuBLAS/cuDNN handles (H100, CUDA 12: about
     # 0.5 GiB outside the PyTorch allocator).
@@ -74,6 +80,9 @@ class MemoryOptions:
         for f in ("cuda_context_bytes", "workspace_bytes", "nccl_bytes_per_communicator"):
             if getattr(self, f) < 0:
                 raise ValueError(f"memory.{f}={getattr(self, f)} must be >= 0")
+        if self.torchtitan_loss_chunks < 1:
+            raise ValueError(f"memory.torchtitan_loss_chunks={self.torchtitan_loss_chunks} "
+                             "must be >= 1")
         if self.ddp_bucket_size is not None and self.ddp_bucket_size <= 0:
             raise ValueError(f"memory.ddp_bucket_size={self.ddp_bucket_size} must be > 0")
 

@@ -141,4 +141,7 @@ def _per_microbatch(train: TrainSpec) -> TrainSpec:
 
 def memory_report(spec: RunSpec, options: MemoryOptions | None = None) -> MemoryReport:
     """Per-stage, per-rank memory of ``spec`` (see the module docstring)."""
+    if spec.framework == "torchtitan":
+        from primus_ext.memory.torchtitan import torchtitan_memory_report
+        return torchtitan_memory_report(spec, options)
     return _report(spec, options or DEFAULT_OPTIONS)

@@ -71,6 +71,12 @@ def print_estimate(spec, est) -> None:
              f"TP{p.tp} PP{p.pp} VPP{p.vpp} CP{p.cp} EP{p.ep} DP{spec.dp} | "
              f"GBS {spec.train.global_batch_size} MBS {spec.train.micro_batch_size} "
              f"seq {spec.train.seq_length} {spec.train.precision}")
+    if spec.framework == "torchtitan":  # its own axes and switches
+        t = spec.train
+        title += (f" | torchtitan: FSDP2 dp_shard {spec.dp // p.dp_replicate} x "
+                  f"dp_replicate {p.dp_replicate}, AC {t.activation_checkpoint}, compile "
+                  f"{'on' if t.compile else 'off'}"
+                  + (f", {p.schedule}" if p.pp > 1 else ""))
     rows = [("step time (s)", est.step_time_s),
             ("tokens/s/GPU", est.tokens_per_s_per_gpu),
             ("model TFLOP/s/GPU", est.tflops_per_gpu),

@@ -22,7 +22,7 @@ GROUPS = ("model", "parallel", "train")
 def spec_overrides(spec: RunSpec) -> list[str]:
     """Every field of ``spec`` as an override (``cluster.hardware`` by preset name, with
     ``+cluster.hardware_overrides.*`` for fields that differ from the preset)."""
-    out = []
+    out = [] if spec.framework == "megatron" else [f"framework={spec.framework}"]
     for group in GROUPS:
         value = getattr(spec, group)
         for f in dataclasses.fields(value):
@@ -65,6 +65,9 @@ def _split(overrides) -> tuple[dict[str, dict], dict, dict]:
     hw_over: dict = {}
     for item in overrides:
         key, value = _parse(item)
+        if key == "framework":  # a spec field of its own (RunSpec.framework)
+            parts.setdefault("", {})["framework"] = value
+            continue
         group, _, name = key.partition(".")
         if isinstance(value, list):
             value = tuple(value)
@@ -83,6 +86,7 @@ def _split(overrides) -> tuple[dict[str, dict], dict, dict]:
 def apply_overrides(spec: RunSpec, overrides: list[str] | tuple[str, ...]) -> RunSpec:
     """``spec`` with ``group.key=value`` overrides applied (validated as a new RunSpec)."""
     parts, cluster, hw_over = _split(overrides)
+    framework = parts.pop("", {}).get("framework", spec.framework)
     new = {g: dataclasses.replace(getattr(spec, g), **parts[g]) if parts[g]
            else getattr(spec, g) for g in GROUPS}
     hw = spec.cluster.hardware
@@ -92,19 +96,20 @@ def apply_overrides(spec: RunSpec, overrides: list[str] | tuple[str, ...]) -> Ru
         hw = dataclasses.replace(hw, **hw_over)
     new_cluster = dataclasses.replace(spec.cluster, hardware=hw, **cluster)
     return RunSpec(model=new["model"], parallel=new["parallel"], train=new["train"],
-                   cluster=new_cluster)
+                   cluster=new_cluster, framework=framework)
 
 
 def spec_from_overrides(overrides: list[str] | tuple[str, ...]) -> RunSpec:
     """A RunSpec from a complete override list (as ``spec_overrides`` writes it)."""
     from primus_ext.spec import ModelSpec, ParallelSpec, TrainSpec
     parts, cluster, hw_over = _split(overrides)
+    framework = parts.pop("", {}).get("framework", "megatron")
     hw = hardware_preset(cluster.pop("hardware"))
     if hw_over:
         hw = dataclasses.replace(hw, **hw_over)
     return RunSpec(model=ModelSpec(**parts["model"]), parallel=ParallelSpec(**parts["parallel"]),
                    train=TrainSpec(**parts["train"]),
-                   cluster=ClusterSpec(hardware=hw, **cluster))
+                   cluster=ClusterSpec(hardware=hw, **cluster), framework=framework)
 
 
 def cluster_of(hw_name: str, num_nodes: int, gpus_per_node: int) -> ClusterSpec:

@@ -54,8 +54,8 @@ def _memory(spec: RunSpec, options, memory_report):
     calibration fit, which varies only those constants, builds each row's report once."""
     c = spec.cluster
     hw = c.hardware
-    key = (spec.model, spec.parallel, spec.train, c.num_nodes, c.gpus_per_node, hw.name,
-           hw.hbm_bytes, hw.gpus_per_node, options)
+    key = (spec.framework, spec.model, spec.parallel, spec.train, c.num_nodes,
+           c.gpus_per_node, hw.name, hw.hbm_bytes, hw.gpus_per_node, options)
     hit = _MEMORY.get(key)
     if hit is None:
         if len(_MEMORY) > 4096:
@@ -83,12 +83,18 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
 
     calib = calibration if isinstance(calibration, Calibration) else load_calibration(calibration)
     spec = calib.apply(spec)
+    # A torchtitan run is costed as its megatron-equivalent layout (project/torchtitan.py);
+    # its memory is torchtitan's own model.
+    framework_spec = spec
+    if spec.framework == "torchtitan":
+        from primus_ext.project.torchtitan import simulated_view
+        spec = simulated_view(spec)
     if costs is None:
         costs = simulate_layer_costs(spec)
     st = stage_times(spec, costs)
     sched = simulate_fast(_schedule_input(spec, st, p2p_time_s(spec)),
                           record_events=record_timeline)
-    mem = _memory(spec, memory_options, memory_report)
+    mem = _memory(framework_spec, memory_options, memory_report)
     sync = dp_sync(spec, st)
 
     m = spec.num_microbatches
@@ -120,6 +126,9 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
     peak = spec.cluster.hardware.peak_tflops(spec.train.precision)
     tflops = flops / step_s / world / 1e12
     notes = (f"layout: {spec.layout.describe()}",) + tuple(costs.notes) + sync.notes
+    if framework_spec.framework == "torchtitan":
+        from primus_ext.project.torchtitan import view_notes
+        notes = view_notes(framework_spec) + notes
     return Estimate(
         step_time_s=step_s, tokens_per_s_per_gpu=tokens / step_s / world,
         tflops_per_gpu=tflops, mfu=tflops / peak, flop_formula=FORMULA_NAME,

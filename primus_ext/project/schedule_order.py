@@ -12,7 +12,7 @@ from functools import lru_cache
 
 KIND_F, KIND_B, KIND_W = 0, 1, 2
 KIND_NAMES = ("F", "B", "W")
-SCHEDULE_NAMES = ("1f1b", "interleaved", "zb")
+SCHEDULE_NAMES = ("1f1b", "interleaved", "zb", "fill_drain")
 
 Op = tuple[int, int, int]  # (kind, microbatch, chunk)
 
@@ -62,6 +62,12 @@ def _order_interleaved(p: int, v: int, m: int, g: int, rank: int) -> list[Op]:
     return ops
 
 
+def _order_fill_drain(m: int) -> list[Op]:
+    # GPipe (Huang et al. 2019; torch.distributed.pipelining ScheduleGPipe): every
+    # microbatch's forward, then every backward, in order.
+    return [(KIND_F, i, 0) for i in range(m)] + [(KIND_B, i, 0) for i in range(m)]
+
+
 def _order_zb(p: int, m: int, rank: int) -> list[Op]:
     # ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", 2023, section 3.1), which
     # megatron-core itself does not ship: the forwards and backward-inputs (B) run in
@@ -101,6 +107,8 @@ def stage_op_orders(schedule: str, num_stages: int, num_chunks: int,
         orders = [_order_interleaved(p, v, m, group_size, r) for r in range(p)]
     elif schedule == "zb":
         orders = [_order_zb(p, m, r) for r in range(p)]
+    elif schedule == "fill_drain":
+        orders = [_order_fill_drain(m) for _ in range(p)]
     else:
         raise ValueError(f"schedule={schedule!r} must be one of {SCHEDULE_NAMES}")
     return tuple(tuple(o) for o in orders)

@@ -53,6 +53,11 @@ SELECTIVE_MODULES = {
     # forward) until the compute model separates the ops SAC re-runs (wk, wo, w3 and the
     # elementwise ops).
     "op": {"core_attn"},
+    # torchtitan's op-level SAC (distributed/activation_checkpoint.py SelectiveAC): the
+    # ops outside its save list (norms, RoPE, residual adds, the SwiGLU activation) and
+    # the second of every two mms: wo, and w3 = the second half of the fused [w1 | w3]
+    # fc1 ("op:<name>" one op, "op:<name>/2" half of it).
+    "torchtitan_sac": {"layernorm", "rope", "bda", "proj", "op:act", "op:fc1/2"},
 }
 ALL = None  # full recompute: every module
 _CACHE: dict = {}
@@ -101,9 +106,13 @@ def _assemble(kind: str, ops: list[OpCost], comms: list[Tagged], recompute: set[
     if recompute is ALL:
         rec = [o for o in ops]
     else:
-        rec = [o for o in ops if o.module in recompute]
+        rec = [o for o in ops if o.module in recompute or f"op:{o.name}" in recompute]
     rec_s = sum(o.fwd_s for o in rec)
     rec_flops = sum(o.fwd_flops for o in rec)
+    if recompute is not ALL:
+        half = [o for o in ops if f"op:{o.name}/2" in recompute and o not in rec]
+        rec_s += sum(o.fwd_s for o in half) / 2
+        rec_flops += sum(o.fwd_flops for o in half) / 2
     out = [c for c, _ in comms]
     for c, mod in comms:
         if c.phase == "fwd" and (recompute is ALL or mod in recompute):

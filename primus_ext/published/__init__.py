@@ -16,7 +16,9 @@ The reader's steps, in the order a row goes through them:
    ``contexts`` fills an empty sequence length with the model's pre-training context;
    ``tuned`` gives a row without a published layout the tuner's layout;
 5. ``reader``: model, cluster, layout and training specs assembled into a ``RunSpec`` per
-   row (``parse_row``), and a whole file (``read_runs``).
+   row (``parse_row``), and a whole file (``read_runs``);
+6. ``torchtitan``: rows measured with torchtitan's trainer become framework=torchtitan
+   specs (FSDP2 degree, activation checkpointing, compile, AsyncTP, schedule).
 """
 from primus_ext.published.gaps import DEFAULT_MICROBATCHES_PER_STAGE
 from primus_ext.published.names import (MODEL_ALIASES, hardware_preset_name,

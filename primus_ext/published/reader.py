@@ -36,6 +36,7 @@ from primus_ext.published.names import (  # noqa: F401
 from primus_ext.published.contexts import TRAINING_CONTEXT, training_context
 from primus_ext.published.recipes import Recipe, RowFacts, attention_flops_halved, recipe_for
 from primus_ext.published.recompute import read_recompute
+from primus_ext.published.torchtitan import is_torchtitan_row, torchtitan_spec
 from primus_ext.published.tuned import tuned_layout
 from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec
 
@@ -141,6 +142,13 @@ def parse_row(row: Mapping[str, str | None], line: int | None = None) -> Publish
                      "the row gives no layout)")
     if not r.text("recompute"):
         spec = recompute_if_needed(spec, notes, keep=recipe.recompute_from_source)
+    if is_torchtitan_row(r.text("source")):
+        try:
+            spec = torchtitan_spec(spec, dict(row), notes)
+        except ValueError as exc:
+            return PublishedRun(**base, spec=None, error=f"row {run_id}: {exc}",
+                                measured=measured, model_preset=preset,
+                                hardware_preset=hw_name, notes=tuple(notes))
     return PublishedRun(**base, spec=spec, error=None, measured=measured,
                         model_preset=preset, hardware_preset=hw_name, notes=tuple(notes))
 

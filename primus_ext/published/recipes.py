@@ -52,10 +52,8 @@ Sources and what they document (citations are the public files read):
   efficient backends); context parallelism exchanges K/V with
   ``context_parallel_rotate_method = "allgather"``; AsyncTP overlaps the TP collectives
   with the GEMMs; without torch.compile the model runs eager (norms, RoPE and SwiGLU as
-  chains of single-op kernels). Its selective activation checkpointing ("op" policy:
-  save matmul and attention outputs except every second matmul) is modelled as the
-  projector's selective recompute of core attention; the extra recompute of every second
-  matmul (about 1/6 more GEMM work) is not.
+  chains of single-op kernels). Its activation checkpointing, compile, float8 and AsyncTP
+  are read as a torchtitan run (``published/torchtitan.py``: framework=torchtitan).
 - **AMD Primus** (``PRIMUS_CONFIGS``): the recompute setting of the Primus example
   config a row reproduces (same GPU, model, layout and micro batch; Primus at the commit
   the rows cite). The MI355X Mixtral 8x22B config sets ``recompute_method: block`` with

@@ -10,9 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from primus_ext.spec._check import check_types, non_negative, one_of, positive
+from primus_ext.spec.torchtitan import SCHEDULE_SIM
+
+TORCHTITAN_SCHEDULES = tuple(SCHEDULE_SIM) + ("LoopedBFS", "DualPipeV")
 
 _OWNER = "parallel"
-SCHEDULES = ("auto", "1f1b", "interleaved", "zb")
+# The simulator's schedules and torchtitan's names (spec/torchtitan.py maps those onto
+# the simulator; framework=torchtitan only).
+# fill_drain: GPipe's order (every forward, then every backward), which megatron-core does
+# not ship; torchtitan's GPipe runs as it.
+SIM_SCHEDULES = ("auto", "1f1b", "interleaved", "zb", "fill_drain")
+SCHEDULES = SIM_SCHEDULES + TORCHTITAN_SCHEDULES
 AXES = ("tp", "cp", "ep", "dp", "pp")
 # megatron-core --moe-token-dispatcher-type. Megatron-LM's flag defaults to allgather, but
 # megatron-core's MoE guide recommends alltoall with EP and every published MoE recipe
@@ -64,11 +72,19 @@ class ParallelSpec:
     # Explicit layout: decoder layers per virtual stage, in pipeline order
     # (chunk 0 of stages 0..pp-1, then chunk 1, ...); length pp * vpp.
     pipeline_layout: tuple[int, ...] | None = None
+    # torchtitan only (framework=torchtitan; ParallelismConfig data_parallel_*_degree):
+    # FSDP2 degree (-1 = the ranks the other axes leave) and HSDP replicas.
+    dp_shard: int = -1
+    dp_replicate: int = 1
 
     def __post_init__(self) -> None:
         check_types(self, _OWNER)
-        for f in ("tp", "pp", "vpp", "cp", "ep"):
+        for f in ("tp", "pp", "vpp", "cp", "ep", "dp_replicate"):
             positive(_OWNER, f, getattr(self, f))
+        if isinstance(self.dp_shard, bool) or not isinstance(self.dp_shard, int) or (
+                self.dp_shard != -1 and self.dp_shard < 1):
+            raise ValueError(f"parallel.dp_shard={self.dp_shard!r} must be -1 or >= 1 "
+                             "(torchtitan ParallelDims._validate)")
         if self.etp is not None:
             positive(_OWNER, "etp", self.etp)
         one_of(_OWNER, "schedule", self.schedule, SCHEDULES)
@@ -126,6 +142,8 @@ class ParallelSpec:
 
     @property
     def resolved_schedule(self) -> str:
+        if self.schedule in SCHEDULE_SIM:
+            return SCHEDULE_SIM[self.schedule]
         if self.schedule != "auto":
             return self.schedule
         return "interleaved" if self.vpp > 1 else "1f1b"

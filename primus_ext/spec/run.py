@@ -4,13 +4,14 @@ Cross-field rules are checked here, each as one ValueError naming fields, values
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from primus_ext.spec._check import check_types
 from primus_ext.spec.cluster import ClusterSpec
 from primus_ext.spec.layout import PipelineLayout, pipeline_layout
 from primus_ext.spec.model import ModelSpec
-from primus_ext.spec.parallel import ParallelSpec
+from primus_ext.spec.parallel import TORCHTITAN_SCHEDULES, ParallelSpec
+from primus_ext.spec.torchtitan import FRAMEWORKS, check_torchtitan, stage_layer_counts
 from primus_ext.spec.train import TrainSpec
 
 
@@ -20,13 +21,24 @@ class RunSpec:
     parallel: ParallelSpec
     train: TrainSpec
     cluster: ClusterSpec
+    # Which training framework runs the job: megatron (megatron-core) or torchtitan.
+    framework: str = "megatron"
     layout: PipelineLayout = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_types(self, "spec")
-        check_run(self.model, self.parallel, self.train, self.cluster)
-        object.__setattr__(self, "layout", pipeline_layout(self.model.num_layers,
-                                                           self.parallel))
+        if self.framework not in FRAMEWORKS:
+            raise ValueError(f"framework={self.framework!r} must be one of "
+                             f"{', '.join(FRAMEWORKS)}")
+        if self.framework == "torchtitan":
+            check_torchtitan(self.model, self.parallel, self.train, self.cluster)
+        else:
+            check_megatron_only(self.parallel, self.train)
+        check_run(self.model, self.parallel, self.train, self.cluster,
+                  self.framework)
+        object.__setattr__(self, "layout", pipeline_layout(
+            self.model.num_layers, layout_parallel(self.model, self.parallel,
+                                                   self.framework)))
 
     # ---- derived sizes -------------------------------------------------------------
     @property
@@ -59,9 +71,37 @@ def require_spec(fn: str, spec) -> None:
                         f"{fn}(primus_ext.compose(['model=llama3_70b']))")
 
 
+def layout_parallel(model: ModelSpec, par: ParallelSpec, framework: str) -> ParallelSpec:
+    """The ParallelSpec whose pipeline layout is the framework's: torchtitan splits the
+    layers as _generate_llm_fqn_per_model_part (embedding and output weigh one layer)."""
+    if framework != "torchtitan" or par.pp == 1:
+        return par
+    return replace(par, pipeline_layout=stage_layer_counts(par.pp * par.vpp,
+                                                           model.num_layers))
+
+
+def check_megatron_only(par: ParallelSpec, train: TrainSpec) -> None:
+    """Fields and names that only torchtitan has."""
+    for name, value, default in (("parallel.dp_shard", par.dp_shard, -1),
+                                 ("parallel.dp_replicate", par.dp_replicate, 1),
+                                 ("train.activation_checkpoint",
+                                  train.activation_checkpoint, "none"),
+                                 ("train.compile", train.compile, False)):
+        if value != default:
+            raise ValueError(f"{name}={value!r} applies to framework=torchtitan only "
+                             f"(framework=megatron; default {default!r})")
+    if par.schedule in TORCHTITAN_SCHEDULES:
+        raise ValueError(f"parallel.schedule={par.schedule!r} is a torchtitan schedule "
+                         "(framework=torchtitan); megatron-core's are auto, 1f1b, "
+                         "interleaved, zb")
+
+
 def check_run(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
-              cluster: ClusterSpec) -> None:
-    """Legality of a layout for a model on a cluster (shared by specs and the tuner)."""
+              cluster: ClusterSpec, framework: str = "megatron") -> None:
+    """Legality of a layout for a model on a cluster (shared by specs and the tuner).
+    torchtitan's own rules are ``spec/torchtitan.check_torchtitan``; the megatron-core
+    ones that torchtitan does not share are skipped for it."""
+    titan = framework == "torchtitan"
     world = cluster.world_size
     mp = par.tp * par.pp * par.cp
     if world % mp != 0:
@@ -76,7 +116,9 @@ def check_run(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
     if not model.multi_latent_attention and model.num_groups % par.tp != 0:
         raise ValueError(f"model.num_query_groups={model.num_groups} is not divisible by "
                          f"parallel.tp={par.tp}")
-    if model.is_moe:
+    if titan:
+        pass  # EP borrows from dp_shard*cp*tp (check_torchtitan); no expert TP
+    elif model.is_moe:
         etp = par.expert_tp
         if model.num_moe_experts % par.ep != 0:
             raise ValueError(f"model.num_moe_experts={model.num_moe_experts} is not "
@@ -103,7 +145,7 @@ def check_run(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
         raise ValueError(f"train.seq_length/cp={train.seq_length // par.cp} is not "
                          f"divisible by tp={par.tp} (sequence parallelism)")
     m = train.global_batch_size // per_step
-    if par.resolved_schedule == "interleaved" and m < par.pp:
+    if par.resolved_schedule == "interleaved" and m < par.pp and not titan:
         raise ValueError(
             f"interleaved schedule needs num_microbatches >= pp: global_batch_size/"
             f"(micro_batch_size*dp)={m} < pp={par.pp}")
@@ -113,7 +155,7 @@ def check_run(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
             raise ValueError(
                 f"train.recompute_num_layers={train.recompute_num_layers} exceeds the "
                 f"{per_chunk} layers of a pipeline chunk (recompute_method='uniform')")
-    pipeline_layout(model.num_layers, par)  # raises on an illegal uneven layout
+    pipeline_layout(model.num_layers, layout_parallel(model, par, framework))
 
 
 def uses_te(spec: RunSpec) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from primus_ext.spec._check import check_types, one_of, positive
+from primus_ext.spec.torchtitan import ACTIVATION_CHECKPOINTS
 
 _OWNER = "train"
 PRECISIONS = ("bf16", "fp8", "fp16", "fp32")
@@ -69,6 +70,11 @@ class TrainSpec:
     # inputs go to host memory after the forward (megatron-core TransformerConfig
     # offload_modules); empty = no offloading.
     offload_modules: tuple[str, ...] = ()
+    # torchtitan only (framework=torchtitan): the activation-checkpoint policy
+    # (torchtitan ActivationCheckpointingConfig subcommand none|selective|full) and
+    # per-block torch.compile (--compile.enable).
+    activation_checkpoint: str = "none"
+    compile: bool = False
 
     def __post_init__(self) -> None:
         check_types(self, _OWNER)
@@ -82,6 +88,8 @@ class TrainSpec:
         one_of(_OWNER, "attention_backend", self.attention_backend, ATTENTION_BACKENDS)
         one_of(_OWNER, "flash_attn_impl", self.flash_attn_impl, FLASH_IMPLS)
         one_of(_OWNER, "optimizer", self.optimizer, OPTIMIZERS)
+        one_of(_OWNER, "activation_checkpoint", self.activation_checkpoint,
+               ACTIVATION_CHECKPOINTS)
         one_of(_OWNER, "main_grads_dtype", self.main_grads_dtype, MAIN_GRADS_DTYPES)
         one_of(_OWNER, "exp_avg_dtype", self.exp_avg_dtype, EXP_AVG_DTYPES)
         one_of(_OWNER, "exp_avg_sq_dtype", self.exp_avg_sq_dtype, EXP_AVG_DTYPES)

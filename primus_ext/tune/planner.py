@@ -49,7 +49,9 @@ def _ladder(ev: Evaluator, point: Point) -> list[Point]:
     may be off the recompute axis (e.g. 'full-block-3'). Empty when the evaluator's
     memory model is not a MemoryReport (a test double) or nothing fits."""
     spec = ev.space.spec(point)
-    if spec is None or ev.memory_options is None:
+    if spec is None or ev.memory_options is None or spec.framework == "torchtitan":
+        # torchtitan's relief is its activation-checkpoint axis (none, selective, full),
+        # which _relief walks; the ladder's rungs are megatron-core's recompute flags.
         return []
     # A point's recompute label carries no module list: selective keeps the spec's own.
     choice = cheapest_fit(spec, memory_fn=ev.memory_fn,

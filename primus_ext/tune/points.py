@@ -19,6 +19,11 @@ IDX = {a: i for i, a in enumerate(AXES)}
     IDX[a] for a in ("tp", "pp", "vpp", "ep", "etp", "sharding", "sequence_parallel",
                      "overlap_param_gather", "tp_comm_overlap", "schedule"))
 SHARDINGS = ("distributed_optimizer", "fsdp", "none")
+# framework=torchtitan: the recompute axis holds the activation-checkpoint policy and the
+# sharding axis FSDP2 (dp_shard = all data-parallel ranks) or HSDP (one replica per
+# node: dp_replicate = num_nodes, FSDP2 inside the node).
+TITAN_CHECKPOINTS = ("none", "selective", "full")
+TITAN_SHARDINGS = ("fsdp", "hsdp")
 
 Point = tuple
 
@@ -42,11 +47,15 @@ def parse_recompute(label: str) -> tuple[str | None, str | None, int | None]:
         return None, None, None
     if label == "selective":
         return "selective", None, None
+    if label == "full":  # torchtitan's FullAC: every block, i.e. full-uniform-1
+        return "full", "uniform", 1
     raise ValueError(f"recompute={label!r} must be 'none', 'selective' or "
                      "'full-<uniform|block>-<num_layers>', e.g. 'full-uniform-1'")
 
 
-def sharding_of(par) -> str:
+def sharding_of(par, framework: str = "megatron") -> str:
+    if framework == "torchtitan":
+        return "hsdp" if par.dp_replicate > 1 else "fsdp"
     if par.fsdp:
         return "fsdp"
     return "distributed_optimizer" if par.use_distributed_optimizer else "none"
@@ -58,9 +67,12 @@ def point_of(spec: RunSpec) -> Point:
     values = dict(num_nodes=c.num_nodes, hardware=c.hardware.name, tp=p.tp, pp=p.pp,
                   vpp=p.vpp, cp=p.cp, ep=p.ep, etp=p.etp,
                   micro_batch_size=t.micro_batch_size,
-                  recompute=recompute_label(t.recompute_granularity, t.recompute_method,
-                                            t.recompute_num_layers),
-                  sharding=sharding_of(p), sequence_parallel=p.sequence_parallel,
+                  recompute=(t.activation_checkpoint if spec.framework == "torchtitan"
+                             else recompute_label(t.recompute_granularity,
+                                                  t.recompute_method,
+                                                  t.recompute_num_layers)),
+                  sharding=sharding_of(p, spec.framework),
+                  sequence_parallel=p.sequence_parallel,
                   overlap_grad_reduce=p.overlap_grad_reduce,
                   overlap_param_gather=p.overlap_param_gather,
                   tp_comm_overlap=p.tp_comm_overlap, schedule=p.schedule,

@@ -23,7 +23,8 @@ from primus_ext.presets import hardware_preset
 from primus_ext.spec import ClusterSpec, RunSpec
 # Point helpers are re-exported: callers import them from the space.
 from primus_ext.tune.points import (_EP, _ETP, _OPG, _PP, _SCHED, _SHARD, _SP,  # noqa: F401
-                                    _TP, _TPO, _VPP, AXES, IDX, SHARDINGS, Point, as_dict,
+                                    _TP, _TPO, _VPP, AXES, IDX, SHARDINGS, TITAN_CHECKPOINTS,
+                                    TITAN_SHARDINGS, Point, as_dict,
                                     describe, parse_recompute, point_of, recompute_label,
                                     sharding_of)
 from primus_ext.tune.settings import SpaceSettings
@@ -74,7 +75,13 @@ class SearchSpace:
         self.skipped_reasons: Counter = Counter()
 
     # ---- axes --------------------------------------------------------------------
+    @property
+    def titan(self) -> bool:
+        return self.base.framework == "torchtitan"
+
     def _uneven_allowed(self) -> bool:
+        if self.titan:
+            return True  # torchtitan splits layers its own way (spec/torchtitan.py)
         u = self.settings.uneven_layouts
         if u != "auto":
             return bool(u)
@@ -112,12 +119,19 @@ class SearchSpace:
                 recompute += [recompute_label("full", m, n) for m in methods for n in nums]
             else:
                 recompute.append(recompute_label(g))
+        sharding = ["distributed_optimizer", "fsdp"]
+        if self.titan:
+            recompute = list(user.get("recompute_granularity") or TITAN_CHECKPOINTS)
+            # HSDP only when asked (tune.space.sharding): its replicate all-reduce is not
+            # in the cost model (project/torchtitan.py).
+            sharding = ["fsdp"]
+            etp = [None]
         defaults = {
             "num_nodes": tuple(nodes), "hardware": tuple(hws),
             "tp": _pow2_upto(min(node, model.num_attention_heads)), "pp": pp, "vpp": vpp,
             "cp": cp, "ep": ep, "etp": etp,
             "micro_batch_size": [m for m in (1, 2, 4, 8) if m <= bt.global_batch_size],
-            "recompute": recompute, "sharding": ["distributed_optimizer", "fsdp"],
+            "recompute": recompute, "sharding": sharding,
             "sequence_parallel": [True], "overlap_grad_reduce": [True],
             "overlap_param_gather": [True], "tp_comm_overlap": [bp.tp_comm_overlap],
             "schedule": ["auto"], "precision": [bt.precision],
@@ -143,7 +157,12 @@ class SearchSpace:
 
     def _check_axis(self, axis: str, vals: tuple) -> tuple:
         for v in vals:
-            if axis == "recompute":
+            if self.titan and axis in ("recompute", "sharding"):
+                allowed = TITAN_CHECKPOINTS if axis == "recompute" else TITAN_SHARDINGS
+                if v not in allowed:
+                    raise ValueError(f"tune.space.{axis} value {v!r} must be one of "
+                                     f"{', '.join(allowed)} with framework=torchtitan")
+            elif axis == "recompute":
                 parse_recompute(v)
             elif axis == "sharding" and v not in SHARDINGS:
                 raise ValueError(f"tune.space.sharding value {v!r} must be one of "
@@ -188,6 +207,8 @@ class SearchSpace:
             d[_SCHED] = "auto"
         if d[_SHARD] == "none":
             d[_OPG] = False  # needs the distributed optimizer
+        if self.titan and d[_SHARD] == "hsdp" and d[IDX["num_nodes"]] == 1:
+            d[_SHARD] = "fsdp"  # one replica: HSDP is FSDP
         return tuple(d)
 
     def spec(self, point: Point) -> RunSpec | None:
@@ -214,6 +235,8 @@ class SearchSpace:
 
     def _skip(self, point: Point) -> str | None:
         pp, vpp = point[_PP], point[_VPP]
+        if self.titan:
+            return None
         if point[_SCHED] == "zb" and vpp > 1:
             return "zero-bubble schedule with vpp > 1"
         if not self.uneven and self.base.model.num_layers % (pp * vpp) and (
@@ -222,6 +245,9 @@ class SearchSpace:
         return None
 
     def _build(self, point: Point) -> RunSpec:
+        if self.titan:
+            from primus_ext.tune.torchtitan import build_titan_spec
+            return build_titan_spec(self, point)
         d = as_dict(point)
         base = self.base
         bp = base.parallel
@@ -247,7 +273,8 @@ class SearchSpace:
         train = _memo(self._parts, ("train",) + tuple(tkw.items()),
                       lambda: dataclasses.replace(base.train, **tkw))
         cluster = self.cluster(d["num_nodes"], d["hardware"])
-        return RunSpec(model=base.model, parallel=par, train=train, cluster=cluster)
+        return RunSpec(model=base.model, parallel=par, train=train, cluster=cluster,
+                       framework=base.framework)
 
     # ---- enumeration --------------------------------------------------------------
     def legal_points(self) -> list[Point]:

@@ -87,7 +87,7 @@ PUBLISHED = {
     "mpt_70b": Published("64.862437376", "llm-foundry benchmarking README NumParams "
                          "64862437376"),
 }
-UNPUBLISHED = {"tiny_dense", "tiny_moe"}  # CPU test models
+UNPUBLISHED = {"tiny_dense", "tiny_moe", "llama3_debugmodel"}  # CPU test models
 
 
 def _model(name: str) -> ModelSpec:

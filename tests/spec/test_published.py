@@ -144,12 +144,15 @@ def test_gap_rules_are_recorded(runs):
     p093 = by_id["P093"].spec
     assert p093.num_microbatches == DEFAULT_MICROBATCHES_PER_STAGE * p093.parallel.pp
     assert any("gbs empty" in n for n in by_id["P093"].notes)
-    # Sharding and recompute columns.
-    assert by_id["P057"].spec.parallel.fsdp
-    assert by_id["P057"].spec.train.recompute_granularity == "selective"
-    full = by_id["P060"].spec.train
+    # Sharding and recompute columns (torchtitan rows read as framework=torchtitan).
+    assert by_id["P075"].spec.parallel.fsdp
+    full = by_id["P075"].spec.train
     assert (full.recompute_granularity, full.recompute_method,
             full.recompute_num_layers) == ("full", "uniform", 1)
+    titan = by_id["P057"].spec
+    assert titan.framework == "torchtitan" and titan.parallel.dp_shard == 8
+    assert titan.train.activation_checkpoint == "selective"
+    assert by_id["P060"].spec.train.activation_checkpoint == "full"
     assert by_id["P022"].spec.parallel.use_distributed_optimizer
     assert not by_id["P022"].spec.parallel.fsdp
     # GB200 nodes hold 4 GPUs; 8 GPUs are 2 nodes.
