@@ -71,6 +71,8 @@ def fast_step_s(inp: ScheduleInput) -> float | None:
             b = [x[0] + y[0] for x, y in zip(inp.bwd_input_s, inp.bwd_weight_s)]
             w = None
         return _step_1f1b(p, m, f, b, w, lats)
+    if inp.schedule != "interleaved":
+        return None  # fill-drain (GPipe) and any other order: the event simulation
     g = inp.group_size
     if (p - 1) * 2 + (v - 1) * g > m * v:
         return None  # warmup clamped by megatron-core: other step offsets

@@ -135,6 +135,10 @@ def test_one_group_inputs_that_catch_up_stop_the_jump():
     # warmup (pp - 1) * 2 + (vpp - 1) * m is clamped to m * vpp by megatron-core
     ScheduleInput.uniform(num_stages=8, num_microbatches=9, fwd_s=1.0, bwd_input_s=2.0,
                           num_chunks=2, schedule="interleaved", microbatch_group_size=9),
+
+    # fill-drain (torchtitan's GPipe): no fast path; all forwards before any backward
+    ScheduleInput.uniform(num_stages=4, num_microbatches=16, fwd_s=1.0, bwd_input_s=2.0,
+                          schedule="fill_drain"),
 ])
 def test_shapes_without_fast_path_fall_back_to_the_event_simulation(inp):
     assert fast_step_s(inp) is None
