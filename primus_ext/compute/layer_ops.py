@@ -199,6 +199,14 @@ def moe_rows(sh: Shapes) -> tuple[int, float, float]:
     return local, rows_rank / local, rows_rank
 
 
+def _router_dtype(sh: Shapes) -> str:
+    """The gating GEMM's dtype: --moe-router-dtype fp32 when set, else the model's (bf16
+    under FP8: megatron-core keeps the router out of FP8)."""
+    if sh.train.moe_router_dtype:
+        return sh.train.moe_router_dtype
+    return "bf16" if sh.gemm_dtype == "fp8" else sh.gemm_dtype
+
+
 def moe_ops(sh: Shapes) -> list[OpCost]:
     """Router, permute, grouped expert GEMMs, unpermute, shared experts.
 
@@ -215,8 +223,7 @@ def moe_ops(sh: Shapes) -> list[OpCost]:
     fc1_out = 2 * f if m.gated else f
     logits = ts * e * 4.0  # router scores in fp32: softmax/sigmoid, top-k, aux loss
     ops = [norm(sh, "pre_mlp_layernorm", ts, h),
-           linear(sh, "router", "moe", ts, h, e, dtype="bf16" if sh.gemm_dtype == "fp8"
-                  else sh.gemm_dtype),
+           linear(sh, "router", "moe", ts, h, e, dtype=_router_dtype(sh)),
            memory_op(sh, "router_topk", "moe", 4 * logits, 3 * logits, fwd_kernels=4,
                      bwd_kernels=3),
            memory_op(sh, "permute", "moe", ts * h * ab + routed * h * ab,

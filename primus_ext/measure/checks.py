@@ -129,6 +129,13 @@ def flops_check(profile: Profile, base: RunSpec, tol: float = 0.02) -> list[dict
     if not got:
         return []
     meas = _measured(profile, base)
+    # Like with like: the measured model is megatron-core's local spec
+    # (frameworks/megatron/model.py build_model), whose core attention
+    # (DotProductAttention) multiplies the whole score matrix and masks it afterwards;
+    # FlopCounterMode counts those FLOPs. The simulated flash kernel skips the causal
+    # half, so the check takes the unfused kernel's count.
+    meas = dataclasses.replace(meas, train=dataclasses.replace(
+        meas.train, attention_backend="unfused"))
     sim = simulate_layer_costs(meas)
     rows = []
     for kind in ("dense", "moe", "output"):

@@ -173,7 +173,7 @@ def ffn_items(model: ModelSpec, d: Dims, name: str, tokens: int, ffn: int,
               options: MemoryOptions) -> Items:
     """fc1 output and activation tensors of one (sharded) FFN of width ``ffn``."""
     e = d.e
-    if model.activation == "swiglu":
+    if model.gated:  # swiglu, quick_geglu: the same glu tensors
         if options.bias_activation_fusion:
             # BiasSwiGLUFunction saves its input; the output is fc2's input.
             return {f"{name}.fc1_output": tokens * 2 * ffn * e,

@@ -115,3 +115,19 @@ def spec_from_overrides(overrides: list[str] | tuple[str, ...]) -> RunSpec:
 def cluster_of(hw_name: str, num_nodes: int, gpus_per_node: int) -> ClusterSpec:
     return ClusterSpec(hardware=hardware_preset(hw_name), num_nodes=num_nodes,
                        gpus_per_node=gpus_per_node)
+
+
+def spec_config(spec: RunSpec) -> dict:
+    """``spec`` as the nested configuration Hydra composes: ``{"model": {...},
+    "parallel": {...}, "train": {...}, "cluster": {"hardware": <preset>, ...}}`` with JSON
+    values (tuples as lists), the same fields ``spec_overrides`` writes."""
+    def plain(v):
+        return list(v) if isinstance(v, tuple) else v
+    out = {group: {f.name: plain(getattr(getattr(spec, group), f.name))
+                   for f in dataclasses.fields(getattr(spec, group)) if f.init}
+           for group in GROUPS}
+    c = spec.cluster
+    out["cluster"] = {"hardware": c.hardware.name, "num_nodes": c.num_nodes,
+                      "gpus_per_node": c.gpus_per_node, "gpu_hour_cost": c.gpu_hour_cost,
+                      "hardware_overrides": hardware_diff(c.hardware)}
+    return out

@@ -12,7 +12,10 @@ from primus_ext.spec._check import check_types, divides, non_negative, one_of, p
 _OWNER = "model"
 NORMALIZATIONS = ("RMSNorm", "LayerNorm")
 POSITION_EMBEDDINGS = ("rope", "learned_absolute", "alibi", "none")
-ACTIVATIONS = ("swiglu", "gelu", "relu", "squared_relu")
+# quick_geglu: GPT-OSS's gated x * sigmoid(1.702 x) (Megatron-LM --quick-geglu,
+# megatron/core/activations.py quick_gelu with gated_linear_unit).
+ACTIVATIONS = ("swiglu", "gelu", "relu", "squared_relu", "quick_geglu")
+GATED_ACTIVATIONS = ("swiglu", "quick_geglu")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -28,7 +31,7 @@ class ModelSpec:
     make_vocab_size_divisible_by: int = 128
     max_position_embeddings: int = 4096
     normalization: str = "RMSNorm"
-    activation: str = "swiglu"  # swiglu implies gated_linear_unit
+    activation: str = "swiglu"  # swiglu and quick_geglu imply gated_linear_unit
     add_bias_linear: bool = False
     add_qkv_bias: bool = False
     qk_layernorm: bool = False
@@ -136,7 +139,7 @@ class ModelSpec:
 
     @property
     def gated(self) -> bool:
-        return self.activation == "swiglu"
+        return self.activation in GATED_ACTIVATIONS
 
     @property
     def num_groups(self) -> int:

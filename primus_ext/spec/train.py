@@ -75,6 +75,12 @@ class TrainSpec:
     # per-block torch.compile (--compile.enable).
     activation_checkpoint: str = "none"
     compile: bool = False
+    # --moe-router-dtype fp32: the router's gating GEMM in fp32 (megatron-core
+    # TransformerConfig.moe_router_dtype); None: the model's dtype.
+    moe_router_dtype: str | None = None
+    # --moe-router-force-load-balancing: tokens routed uniformly to the experts (benchmark
+    # runs), so no expert-parallel rank waits on a busier one.
+    moe_router_force_load_balancing: bool = False
 
     def __post_init__(self) -> None:
         check_types(self, _OWNER)
@@ -93,6 +99,7 @@ class TrainSpec:
         one_of(_OWNER, "main_grads_dtype", self.main_grads_dtype, MAIN_GRADS_DTYPES)
         one_of(_OWNER, "exp_avg_dtype", self.exp_avg_dtype, EXP_AVG_DTYPES)
         one_of(_OWNER, "exp_avg_sq_dtype", self.exp_avg_sq_dtype, EXP_AVG_DTYPES)
+        one_of(_OWNER, "moe_router_dtype", self.moe_router_dtype, (None, "fp32"))
         if not self.use_precision_aware_optimizer and (
                 self.main_grads_dtype, self.exp_avg_dtype, self.exp_avg_sq_dtype) != (
                 "fp32", "fp32", "fp32"):

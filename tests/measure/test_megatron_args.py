@@ -5,8 +5,8 @@ import pytest
 
 from primus_ext import compose
 from primus_ext.frameworks.megatron.flags import megatron_argv
-from primus_ext.frameworks.megatron.args import ignored_warning, parse_launch_args, \
-    parse_megatron_args
+from primus_ext.frameworks.megatron.args import parse_launch_args, parse_megatron_args, \
+    warning_lines
 
 BASE = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "8",
         "--seq-length", "512", "--micro-batch-size", "1", "--global-batch-size", "8",
@@ -115,9 +115,10 @@ def test_unmodelled_flags_are_ignored_with_one_warning():
                                    "3e-4", "--project-only", "--target-nodes", "4"])
     assert la.project_only and la.spec.cluster.num_nodes == 4
     assert la.ignored == ("--data-path", "--save", "--lr")
-    line = ignored_warning(la.ignored)
-    assert line.count("\n") == 0 and "--data-path" in line
-    assert ignored_warning(()) is None
+    lines = warning_lines(la)  # data, checkpoint and lr flags: one "no effect" line
+    assert len(lines) == 1 and lines[0].count("\n") == 0 and "--data-path" in lines[0]
+    assert lines[0].startswith("primus-ext: no effect on step time or memory:")
+    assert warning_lines(parse_launch_args(BASE)) == []
 
 
 def test_errors_name_the_rule():

@@ -14,14 +14,51 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from contextlib import contextmanager
 
+# The launcher's process-group settings a neighbour must not inherit: under torchrun the
+# rank's env says "join the agent's store" (TORCHELASTIC_USE_AGENT_STORE=True, the agent's
+# MASTER_ADDR/PORT); a neighbour that inherits it waits in init_process_group as a client
+# of a store nobody serves for it. It starts its own one-process group instead.
 _DIST_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-             "MASTER_PORT", "GROUP_RANK", "TORCHELASTIC_RUN_ID")
+             "MASTER_PORT", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME",
+             "ROLE_WORLD_SIZE", "LOCAL_ADDR")
+_DIST_PREFIXES = ("TORCHELASTIC_", "TORCH_ELASTIC_")
+# How long a neighbour may take to print "ready" (interpreter start, megatron-core import,
+# model build and one training step on a busy 2-core machine take about a minute).
+READY_TIMEOUT_S = 600.0
+
+
+def neighbour_env(environ=None) -> dict[str, str]:
+    """The environment of a neighbour: the caller's, without process-group settings,
+    one thread."""
+    environ = os.environ if environ is None else environ
+    env = {k: v for k, v in environ.items()
+           if k not in _DIST_ENV and not k.startswith(_DIST_PREFIXES)}
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def wait_ready(procs: list, timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Wait for every neighbour's "ready" line, at most ``timeout_s`` in all; a neighbour
+    that exits first or stays silent is an error (never a silent hang)."""
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        left = deadline - time.monotonic()
+        ready, _, _ = select.select([p.stdout], [], [], max(left, 0.0))
+        if not ready:
+            raise TimeoutError(f"contention probe: a neighbour process (pid {p.pid}) did "
+                               f"not start within {timeout_s:.0f} s")
+        line = p.stdout.readline()
+        if line.strip() != "ready":
+            raise RuntimeError(f"contention probe: a neighbour process (pid {p.pid}) "
+                               f"exited before it was ready (exit code {p.poll()})")
 
 
 def _burn(tokens: int, hidden: int, ffn: int, heads: int, seq: int) -> None:
@@ -90,8 +127,7 @@ def busy_neighbours(num: int, shapes: dict, spec=None):
     if num <= 0:
         yield Neighbours([])
         return
-    env = {k: v for k, v in os.environ.items() if k not in _DIST_ENV}
-    env["OMP_NUM_THREADS"] = "1"
+    env = neighbour_env()
     tmp = None
     if spec is not None and spec.world_size == 1:
         from primus_ext.presets.overrides import spec_overrides
@@ -103,13 +139,13 @@ def busy_neighbours(num: int, shapes: dict, spec=None):
         args = [str(int(shapes.get("tokens", 1024))), str(int(shapes.get("hidden_size", 1024))),
                 str(int(shapes.get("ffn", 4096))), str(int(shapes.get("heads", 8))),
                 str(min(int(shapes.get("seq_length", 1024)), 2048))]
-    procs = [subprocess.Popen([sys.executable, "-m", "primus_ext.frameworks.megatron.contention"] + args,
+    procs = [subprocess.Popen([sys.executable, "-m",
+                               "primus_ext.frameworks.megatron.contention"] + args,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                               env=env)
              for _ in range(num)]
     try:
-        for p in procs:
-            p.stdout.readline()  # "ready" (or EOF if it died)
+        wait_ready(procs)
         yield Neighbours(procs)
     finally:
         for p in procs:

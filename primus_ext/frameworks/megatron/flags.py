@@ -1,33 +1,33 @@
-"""Megatron-LM flags and a torchrun line for a RunSpec (``megatron_args.sh``).
+"""RunSpec -> Megatron-LM flags and a torchrun line (``megatron_args.sh``).
 
 Targets Megatron-LM's ``pretrain_gpt.py`` argument names (megatron-core 0.14 and
-later). The launch runs on mock data with the NullTokenizer, so only the model shape,
-layout and training settings matter. Megatron's NullTokenizer reports
-``--vocab-size + 1`` tokens (the extra one is EOD), so the flag carries
+later), the other half of ``args.py``: ``parse_launch_args(megatron_argv(spec))`` gives
+``spec`` back. The layout (parallel degrees, batch, sequence) is always written; any
+other flag only where the spec differs from what Megatron-LM does without it (the
+defaults of ``table.py``). The launch runs on mock data with the NullTokenizer, which
+reports ``--vocab-size + 1`` tokens (the extra one is EOD), so the flag carries
 ``vocab_size - 1`` for the padded vocabulary to come out as the spec's.
 """
 from __future__ import annotations
 
 import shlex
 
+from primus_ext.frameworks.megatron.layout_string import layout_string
+from primus_ext.frameworks.megatron.table import BY_NAME
 from primus_ext.spec import RunSpec
 
 FP8_FORMAT = "hybrid"  # e4m3 forward, e5m2 backward: Transformer Engine's usual recipe
 
 
-def _layout_string(spec: RunSpec) -> str:
-    """--pipeline-model-parallel-layout: one '|'-separated entry per virtual stage in
-    pipeline order; E = embedding, t = decoder layer, L = output layer and loss."""
-    counts = spec.layout.layers_per_virtual_stage
-    parts = []
-    for k, n in enumerate(counts):
-        s = "t" * n
-        if k == 0:
-            s = "E" + s
-        if k == len(counts) - 1:
-            s = s + "L"
-        parts.append(s)
-    return "|".join(parts)
+class _Args(list):
+    def value(self, flag: str, value) -> None:
+        """``flag value`` unless ``value`` is Megatron-LM's default for ``flag``."""
+        if value is not None and value != BY_NAME[flag].default:
+            self += [flag, value]
+
+    def switch(self, flag: str, on: bool) -> None:
+        if on:
+            self.append(flag)
 
 
 def _moe_layer_freq(spec: RunSpec) -> str | None:
@@ -38,153 +38,153 @@ def _moe_layer_freq(spec: RunSpec) -> str | None:
     return f"[{pattern}]"
 
 
-def model_args(spec: RunSpec) -> list[str]:
+_ACTIVATION_FLAG = {"swiglu": "--swiglu", "quick_geglu": "--quick-geglu",
+                    "squared_relu": "--squared-relu"}
+
+
+def model_args(spec: RunSpec) -> list:
     m = spec.model
-    a = ["--num-layers", m.num_layers, "--hidden-size", m.hidden_size,
-         "--num-attention-heads", m.num_attention_heads]
-    if m.ffn_hidden_size is not None:  # Megatron's default is 4 * hidden, as ours
-        a += ["--ffn-hidden-size", m.ffn_hidden_size]
+    a = _Args(["--num-layers", m.num_layers, "--hidden-size", m.hidden_size,
+               "--num-attention-heads", m.num_attention_heads])
+    a.value("--ffn-hidden-size", m.ffn_hidden_size)  # Megatron's default: 4 x hidden
     if m.num_query_groups is not None:
         a += ["--group-query-attention", "--num-query-groups", m.num_query_groups]
-    if m.kv_channels is not None:
-        a += ["--kv-channels", m.kv_channels]
-    a += ["--max-position-embeddings", m.max_position_embeddings,
-          "--position-embedding-type", m.position_embedding_type,
-          "--normalization", m.normalization,
-          "--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by,
-          "--hidden-dropout", m.hidden_dropout, "--attention-dropout", m.attention_dropout]
-    if m.activation == "swiglu":
-        a.append("--swiglu")
-    elif m.activation == "squared_relu":
-        a.append("--squared-relu")
-    if not m.add_bias_linear:
-        a.append("--disable-bias-linear")
-    if m.add_qkv_bias:
-        a.append("--add-qkv-bias")
-    if m.qk_layernorm:
-        a.append("--qk-layernorm")
-    if m.untie_embeddings_and_output_weights:
-        a.append("--untie-embeddings-and-output-weights")
+    a.value("--kv-channels", m.kv_channels)
+    if m.max_position_embeddings != spec.train.seq_length:
+        a += ["--max-position-embeddings", m.max_position_embeddings]
+    a.value("--position-embedding-type", m.position_embedding_type)
+    a.value("--normalization", m.normalization)
+    a.value("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by)
+    a.value("--hidden-dropout", m.hidden_dropout)
+    a.value("--attention-dropout", m.attention_dropout)
+    if m.activation in _ACTIVATION_FLAG:
+        a.append(_ACTIVATION_FLAG[m.activation])
+    a.switch("--disable-bias-linear", not m.add_bias_linear)
+    a.switch("--add-qkv-bias", m.add_qkv_bias)
+    a.switch("--qk-layernorm", m.qk_layernorm)
+    a.switch("--untie-embeddings-and-output-weights", m.untie_embeddings_and_output_weights)
     if m.window_size is not None:
         a += ["--window-size", f"{m.window_size},0"]
         if m.window_full_attention_every > 1:
             a += ["--window-attn-skip-freq", m.window_full_attention_every]
     if m.is_moe:
-        a += ["--num-experts", m.num_moe_experts, "--moe-router-topk", m.moe_router_topk,
-              "--moe-grouped-gemm", "--moe-token-dispatcher-type",
-              spec.parallel.moe_token_dispatcher_type]
-        if m.moe_ffn_hidden_size is not None:
-            a += ["--moe-ffn-hidden-size", m.moe_ffn_hidden_size]
-        if m.moe_shared_expert_intermediate_size:
-            a += ["--moe-shared-expert-intermediate-size",
-                  m.moe_shared_expert_intermediate_size]
+        a += ["--num-experts", m.num_moe_experts, "--moe-grouped-gemm"]
+        a.value("--moe-router-topk", m.moe_router_topk)
+        a.value("--moe-token-dispatcher-type", spec.parallel.moe_token_dispatcher_type)
+        a.value("--moe-ffn-hidden-size", m.moe_ffn_hidden_size)
+        a.value("--moe-shared-expert-intermediate-size",
+                m.moe_shared_expert_intermediate_size)
         if m.moe_router_num_groups:
             a += ["--moe-router-num-groups", m.moe_router_num_groups,
                   "--moe-router-group-topk", m.moe_router_group_topk]
         if m.moe_expert_capacity_factor is not None:
             a += ["--moe-expert-capacity-factor", m.moe_expert_capacity_factor]
-            if m.moe_pad_expert_input_to_capacity:
-                a.append("--moe-pad-expert-input-to-capacity")
-        freq = _moe_layer_freq(spec)
-        if freq is not None:
-            a += ["--moe-layer-freq", freq]
+            a.switch("--moe-pad-expert-input-to-capacity",
+                     m.moe_pad_expert_input_to_capacity)
+        a.value("--moe-layer-freq", _moe_layer_freq(spec))
+        a.value("--moe-router-dtype", spec.train.moe_router_dtype)
+        a.switch("--moe-router-force-load-balancing",
+                 spec.train.moe_router_force_load_balancing)
     if m.multi_latent_attention:
         a.append("--multi-latent-attention")
-        if m.q_lora_rank is not None:
-            a += ["--q-lora-rank", m.q_lora_rank]
-        a += ["--kv-lora-rank", m.kv_lora_rank, "--qk-head-dim", m.qk_head_dim,
-              "--qk-pos-emb-head-dim", m.qk_pos_emb_head_dim, "--v-head-dim", m.v_head_dim]
+        a.value("--q-lora-rank", m.q_lora_rank)
+        for flag, v in (("--kv-lora-rank", m.kv_lora_rank), ("--qk-head-dim", m.qk_head_dim),
+                        ("--qk-pos-emb-head-dim", m.qk_pos_emb_head_dim),
+                        ("--v-head-dim", m.v_head_dim)):
+            a.value(flag, v)
     if m.mtp_num_layers:
         a += ["--mtp-num-layers", m.mtp_num_layers]
-    return a
+    return list(a)
 
 
-def parallel_args(spec: RunSpec) -> list[str]:
+def parallel_args(spec: RunSpec) -> list:
     p = spec.parallel
-    a = ["--tensor-model-parallel-size", p.tp, "--pipeline-model-parallel-size", p.pp,
-         "--context-parallel-size", p.cp]
+    a = _Args(["--tensor-model-parallel-size", p.tp, "--pipeline-model-parallel-size", p.pp,
+               "--context-parallel-size", p.cp])
     layout = spec.layout
     if layout.how == "even":
         if p.vpp > 1:
             a += ["--num-layers-per-virtual-pipeline-stage",
                   layout.layers_per_virtual_stage[0]]
-    elif layout.how == "first/last" and p.vpp == 1:
-        if p.decoder_first_pipeline_num_layers is not None:
-            a += ["--decoder-first-pipeline-num-layers", p.decoder_first_pipeline_num_layers]
-        if p.decoder_last_pipeline_num_layers is not None:
-            a += ["--decoder-last-pipeline-num-layers", p.decoder_last_pipeline_num_layers]
-    elif layout.how == "embedding/loss" and p.vpp == 1:
-        if p.account_for_embedding_in_pipeline_split:
-            a.append("--account-for-embedding-in-pipeline-split")
-        if p.account_for_loss_in_pipeline_split:
-            a.append("--account-for-loss-in-pipeline-split")
-    else:  # uneven with virtual stages, balanced or explicit: the layout string says all
-        a += ["--pipeline-model-parallel-layout", _layout_string(spec)]
+    elif layout.how == "first/last":
+        a.value("--decoder-first-pipeline-num-layers", p.decoder_first_pipeline_num_layers)
+        a.value("--decoder-last-pipeline-num-layers", p.decoder_last_pipeline_num_layers)
+        if p.vpp > 1:  # Megatron-LM: uneven stages take the VPP degree, not a layer count
+            a += ["--num-virtual-stages-per-pipeline-rank", p.vpp]
+    elif layout.how == "embedding/loss":
+        emb = p.account_for_embedding_in_pipeline_split
+        loss = p.account_for_loss_in_pipeline_split
+        a.switch("--account-for-embedding-in-pipeline-split", emb)
+        a.switch("--account-for-loss-in-pipeline-split", loss)
+        if p.vpp > 1:
+            per = (spec.model.num_layers + emb + loss) // (p.pp * p.vpp)
+            a += ["--num-layers-per-virtual-pipeline-stage", per]
+    else:  # balanced or explicit: the layout string says all
+        a += ["--pipeline-model-parallel-layout",
+              layout_string(layout.layers_per_virtual_stage, spec.model.mtp_num_layers)]
     if p.resolved_schedule == "interleaved" and spec.num_microbatches % p.pp:
         # megatron-core needs whole microbatch groups; one group of all of them is legal.
         a += ["--microbatch-group-size-per-virtual-pipeline-stage", spec.num_microbatches]
-    a += ["--cp-comm-type", p.cp_comm_type]
+    if p.cp_comm_type != "p2p":
+        a += ["--cp-comm-type", p.cp_comm_type]
     if spec.model.is_moe:
         a += ["--expert-model-parallel-size", p.ep, "--expert-tensor-parallel-size",
               p.expert_tp]
         if p.overlap_moe_expert_parallel_comm:
-            a.append("--overlap-moe-expert-parallel-comm")
-        if p.moe_shared_expert_overlap:
-            a.append("--moe-shared-expert-overlap")
-    if p.sequence_parallel:
-        a.append("--sequence-parallel")
+            # the overlap model counts the weight gradients in the window (moe_comm.py)
+            a += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
+        a.switch("--moe-shared-expert-overlap", p.moe_shared_expert_overlap)
+    a.switch("--sequence-parallel", p.sequence_parallel)
     if p.fsdp:
         a += ["--use-torch-fsdp2", "--no-gradient-accumulation-fusion"]
-    elif p.use_distributed_optimizer:
-        a.append("--use-distributed-optimizer")
-    if p.overlap_grad_reduce:
-        a.append("--overlap-grad-reduce")
-    if p.overlap_param_gather and (p.use_distributed_optimizer or p.fsdp):
-        a.append("--overlap-param-gather")
-    if p.tp_comm_overlap:
-        a.append("--tp-comm-overlap")
-    return a
+    a.switch("--use-distributed-optimizer", p.use_distributed_optimizer and not p.fsdp)
+    a.switch("--overlap-grad-reduce", p.overlap_grad_reduce)
+    a.switch("--overlap-param-gather",
+             p.overlap_param_gather and (p.use_distributed_optimizer or p.fsdp))
+    a.switch("--tp-comm-overlap", p.tp_comm_overlap)
+    return list(a)
 
 
-def train_args(spec: RunSpec) -> list[str]:
-    t = spec.train
-    a = ["--micro-batch-size", t.micro_batch_size, "--global-batch-size",
-         t.global_batch_size, "--seq-length", t.seq_length]
+def train_args(spec: RunSpec) -> list:
+    t, p = spec.train, spec.parallel
+    a = _Args(["--micro-batch-size", t.micro_batch_size, "--global-batch-size",
+               t.global_batch_size, "--seq-length", t.seq_length])
     if t.precision in ("bf16", "fp8"):
         a.append("--bf16")
-        if not spec.parallel.grad_reduce_in_fp32:
-            a.append("--grad-reduce-in-bf16")
+        a.switch("--grad-reduce-in-bf16", not p.grad_reduce_in_fp32)
     elif t.precision == "fp16":
         a.append("--fp16")
-        if spec.parallel.grad_reduce_in_fp32:
-            a.append("--accumulate-allreduce-grads-in-fp32")
+        a.switch("--accumulate-allreduce-grads-in-fp32", p.grad_reduce_in_fp32)
     if t.precision == "fp8":
-        a += ["--fp8-format", FP8_FORMAT, "--fp8-recipe", t.fp8_recipe]
-        if t.fp8_param_gather:
-            a.append("--fp8-param-gather")
-    if t.use_precision_aware_optimizer:
-        a += ["--use-precision-aware-optimizer", "--main-grads-dtype", t.main_grads_dtype,
-              "--exp-avg-dtype", t.exp_avg_dtype, "--exp-avg-sq-dtype", t.exp_avg_sq_dtype]
-    if t.offload_modules:
-        a += ["--fine-grained-activation-offloading", "--offload-modules",
-              *t.offload_modules]
+        a += ["--fp8-format", FP8_FORMAT]
+        a.value("--fp8-recipe", t.fp8_recipe)
+        a.switch("--fp8-param-gather", t.fp8_param_gather)
     if t.te is not None:
         a += ["--transformer-impl", "transformer_engine" if t.te else "local"]
     if t.recompute_granularity == "full":
         a += ["--recompute-granularity", "full", "--recompute-method", t.recompute_method,
               "--recompute-num-layers", t.recompute_num_layers]
     elif t.recompute_granularity == "selective":
-        a += ["--recompute-granularity", "selective", "--recompute-modules",
-              *t.recompute_modules]
-    a += ["--attention-backend", t.attention_backend, "--optimizer", t.optimizer]
-    if t.cross_entropy_loss_fusion:
-        a.append("--cross-entropy-loss-fusion")
-    if not t.attention_softmax_in_fp32:
-        a.append("--no-attention-softmax-in-fp32")
-    return a
+        a += ["--recompute-granularity", "selective"]
+        if tuple(t.recompute_modules) != ("core_attn",):  # Megatron-LM's default module
+            a += ["--recompute-modules", *t.recompute_modules]
+    if t.attention_backend != "flash":
+        a += ["--attention-backend", t.attention_backend]
+    a.value("--optimizer", t.optimizer)
+    a.switch("--cross-entropy-loss-fusion", t.cross_entropy_loss_fusion)
+    a.switch("--no-attention-softmax-in-fp32", not t.attention_softmax_in_fp32)
+    if t.offload_modules:
+        a += ["--fine-grained-activation-offloading", "--offload-modules",
+              *t.offload_modules]
+    if t.use_precision_aware_optimizer:
+        a.append("--use-precision-aware-optimizer")
+        a.value("--main-grads-dtype", t.main_grads_dtype)
+        a.value("--exp-avg-dtype", t.exp_avg_dtype)
+        a.value("--exp-avg-sq-dtype", t.exp_avg_sq_dtype)
+    return list(a)
 
 
-def data_args(spec: RunSpec) -> list[str]:
+def data_args(spec: RunSpec) -> list:
     return ["--mock-data", "--tokenizer-type", "NullTokenizer",
             "--vocab-size", spec.model.vocab_size - 1,
             "--train-iters", 20, "--eval-iters", 0, "--log-interval", 1,

@@ -2,15 +2,21 @@
 
 ``torchrun ... launch/pretrain_gpt.py <Megatron-LM flags>``:
 
-- with ``--project-only``: every local rank runs the downscaled measurement of the
-  target (``--target-nodes``, ``--target-gpus-per-node``, ``--target-hardware``); rank 0
-  prints the projection, says which parts were measured and which simulated, checks the
-  captured collectives and activations against the models, and writes the profile
-  (``--profile-out``), the projection (``--projection-out``, JSON) and a recipe
-  (``--recipe-out DIR``: Hydra overrides and the Megatron-LM torchrun line);
-- without it: trains the megatron-core model on synthetic tokens for ``--train-iters``
-  and logs one line per iteration on rank 0 (``--timings-out FILE`` keeps them as JSON),
-  so a projection can be compared with a real run.
+- with ``--project-only --projection-backend simulate``: the parsed launch line is
+  projected analytically (the simulate backend; no torch, no measurement, about a
+  second), on one process;
+- with ``--project-only`` (``--projection-backend hybrid``, the default): every local
+  rank runs the downscaled measurement of the target (``--target-nodes``,
+  ``--target-gpus-per-node``, ``--target-hardware``); rank 0 prints the projection, says
+  which parts were measured and which simulated, checks the captured collectives and
+  activations against the models, and writes the profile (``--profile-out``, else
+  ``primus_ext_profile.json`` in the run directory $PRIMUS_EXT_HOME/runs/<id>/);
+- either way ``--projection-out`` (JSON: the Estimate plus ``config``, the composed
+  configuration that was projected, by Hydra group) and ``--recipe-out DIR`` (Hydra
+  overrides and the Megatron-LM torchrun line);
+- without ``--project-only``: trains the megatron-core model on synthetic tokens for
+  ``--train-iters`` and logs one line per iteration on rank 0 (``--timings-out FILE``
+  keeps them as JSON), so a projection can be compared with a real run.
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ import json
 import os
 import sys
 
-from primus_ext.frameworks.megatron.args import ignored_warning, parse_launch_args
+from primus_ext.frameworks.megatron.args import parse_launch_args, warning_lines
 
 
 def _rank() -> int:
@@ -100,6 +106,43 @@ def _loss_everywhere(loss: float) -> float:
     return float(t.item())
 
 
+def run_dir() -> str:
+    """This launch's run directory: $PRIMUS_EXT_HOME (else ~/.cache/primus-ext) /runs/
+    <PRIMUS_EXT_RUN_ID, else a timestamp>, as the CLI's Hydra runs (hydra_conf)."""
+    import time
+    home = os.environ.get("PRIMUS_EXT_HOME") or os.path.join(
+        os.environ.get("HOME", "/tmp"), ".cache", "primus-ext")
+    run_id = os.environ.get("PRIMUS_EXT_RUN_ID") or time.strftime(
+        "%Y-%m-%d_%H-%M-%S") + f"-pretrain_gpt-{os.getpid()}"
+    return os.path.join(home, "runs", run_id)
+
+
+def _outputs(la, est, profile_path: str | None) -> dict:
+    """Write --projection-out (the Estimate and the configuration it projected) and
+    --recipe-out; returns the JSON object."""
+    from primus_ext.presets.overrides import spec_config
+    from primus_ext.util.files import atomic_write_text
+    out = est.to_dict()
+    out["config"] = spec_config(la.spec)
+    if la.projection_out:
+        atomic_write_text(la.projection_out, json.dumps(out, indent=1) + "\n")
+        print(f"projection written to {la.projection_out}")
+    if la.recipe_out:
+        _write_recipe(la, profile_path)
+    return out
+
+
+def simulate_only(la) -> dict:
+    """--projection-backend simulate: the analytic projection of the launch line."""
+    from primus_ext.modes.project import print_estimate
+    from primus_ext.project.estimate import project
+    est = project(la.spec)
+    print_estimate(la.spec, est)
+    for line in est.notes:
+        print("  note: " + line)
+    return _outputs(la, est, None)
+
+
 def project_only(la, argv: list[str]) -> dict:
     from primus_ext.measure.checks import activation_check, collective_check, flops_check, \
         format_rows, p2p_check
@@ -112,7 +155,8 @@ def project_only(la, argv: list[str]) -> dict:
     if _rank() != 0:
         return {}
     est = project_from_profile(profile, la.spec)
-    path = la.profile_out or "primus_ext_profile.json"
+    path = la.profile_out or os.path.join(run_dir(), "primus_ext_profile.json")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     profile.save(path)
     from primus_ext.modes.project import print_estimate
     print_estimate(la.spec, est)
@@ -137,24 +181,19 @@ def project_only(la, argv: list[str]) -> dict:
         for line in format_rows(rows):
             print("  " + line)
     print(f"profile written to {path}")
-    out = est.to_dict()
-    if la.projection_out:
-        from primus_ext.util.files import atomic_write_text
-        atomic_write_text(la.projection_out, json.dumps(out, indent=1) + "\n")
-        print(f"projection written to {la.projection_out}")
-    if la.recipe_out:
-        _write_recipe(la, path)
-    return out
+    return _outputs(la, est, path)
 
 
-def _write_recipe(la, profile_path: str) -> None:
+def _write_recipe(la, profile_path: str | None) -> None:
     from pathlib import Path
 
     from primus_ext.frameworks.megatron.flags import torchrun_script
     from primus_ext.presets.overrides import spec_overrides
     from primus_ext.util.files import atomic_write_text
     out = Path(la.recipe_out)
-    ovs = spec_overrides(la.spec) + ["backend=profile", f"profile={profile_path}"]
+    ovs = spec_overrides(la.spec)
+    if profile_path:
+        ovs += ["backend=profile", f"profile={profile_path}"]
     atomic_write_text(out / "overrides.txt", "\n".join(ovs) + "\n")
     atomic_write_text(out / "megatron_args.sh",
                       torchrun_script(la.spec, "primus-ext --project-only target"))
@@ -168,13 +207,17 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"pretrain_gpt.py: error: {exc}", file=sys.stderr)
         return 2
+    if _rank() == 0:
+        for line in [f"primus-ext: {n}" for n in la.notes] + warning_lines(la):
+            print(line, file=sys.stderr, flush=True)
+        if la.project_only and la.target_note:
+            print(f"primus-ext: {la.target_note}", file=sys.stderr, flush=True)
+    if la.project_only and la.projection_backend == "simulate":
+        if _rank() == 0:  # analytic: one process answers, no torch
+            simulate_only(la)
+        return 0
     from primus_ext.frameworks.megatron.build import prepare_runtime
     prepare_runtime()  # the collective tracer goes in before megatron.core is imported
-    warn = ignored_warning(la.ignored)
-    if warn and _rank() == 0:
-        print(warn, file=sys.stderr, flush=True)
-    if la.project_only and la.target_note and _rank() == 0:
-        print(f"primus-ext: {la.target_note}", file=sys.stderr, flush=True)
     timings_out = la.timings_out
     if la.project_only:
         project_only(la, argv)

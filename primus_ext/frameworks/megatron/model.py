@@ -35,7 +35,9 @@ def setup_parallel(spec: RunSpec, seed: int = 1234) -> None:
 
 _ACTIVATIONS = {"swiglu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
                 "relu": torch.nn.functional.relu,
-                "squared_relu": lambda x: torch.pow(torch.nn.functional.relu(x), 2)}
+                "squared_relu": lambda x: torch.pow(torch.nn.functional.relu(x), 2),
+                # megatron/core/activations.py quick_gelu (GPT-OSS, gated)
+                "quick_geglu": lambda x: x * torch.sigmoid(1.702 * x)}
 
 
 def transformer_config(spec: RunSpec, bias_activation_fusion: bool = True, **overrides):
@@ -80,7 +82,9 @@ def transformer_config(spec: RunSpec, bias_activation_fusion: bool = True, **ove
         kw.update(num_moe_experts=m.num_moe_experts, moe_router_topk=m.moe_router_topk,
                   moe_ffn_hidden_size=m.expert_ffn_size, moe_layer_freq=pattern,
                   moe_shared_expert_intermediate_size=m.moe_shared_expert_intermediate_size,
-                  moe_grouped_gemm=False, moe_aux_loss_coeff=0.0)
+                  moe_grouped_gemm=False, moe_aux_loss_coeff=0.0,
+                  moe_router_dtype=t.moe_router_dtype,
+                  moe_router_force_load_balancing=t.moe_router_force_load_balancing)
     if m.mtp_num_layers:
         kw["mtp_num_layers"] = m.mtp_num_layers
     if m.multi_latent_attention:

@@ -1,0 +1,76 @@
+"""Megatron-LM flags accepted with no effect on projected step time or memory.
+
+Grouped by reason; the launcher prints them on one "no effect" line. A flag that is in
+neither this list nor the flag table (``table.py``) is reported as "not modelled, may
+change step time", and so is a modelled flag given a value the model does not cover.
+"""
+from __future__ import annotations
+
+_REASONS = {
+    "data, tokenizer files and data loading (off the step's critical path)": (
+        "--data-path --split --data-cache-path --mock-data --num-workers --dataloader-type "
+        "--no-mmap-bin-files --no-create-attention-mask-in-dataloader --merge-file "
+        "--tiktoken-pattern --train-data-path --valid-data-path --test-data-path "
+        "--data-args-path --per-split-data-args-path --reset-position-ids "
+        "--reset-attention-mask --eod-mask-loss --seed --legacy-tokenizer"),
+    "learning rate, schedule, regularisation and loss scaling (same kernels and bytes)": (
+        "--lr --min-lr --lr-decay-style --lr-decay-iters --lr-decay-samples "
+        "--lr-warmup-fraction --lr-warmup-iters --lr-warmup-samples --lr-warmup-init "
+        "--decoupled-lr --decoupled-min-lr --weight-decay --start-weight-decay "
+        "--end-weight-decay --weight-decay-incr-style --clip-grad --adam-beta1 --adam-beta2 "
+        "--adam-eps --sgd-momentum --init-method-std --loss-scale --initial-loss-scale "
+        "--min-loss-scale --loss-scale-window --hysteresis --train-samples "
+        "--exit-duration-in-mins --exit-interval --finetune --override-opt_param-scheduler "
+        "--use-checkpoint-opt_param-scheduler --calculate-per-token-loss "
+        "--rampup-batch-size --step-batch-size-schedule --mtp-loss-scaling-factor"),
+    "checkpointing (outside the training step)": (
+        "--save --load --save-interval --ckpt-format --no-save-optim --no-save-rng "
+        "--no-load-optim --no-load-rng --auto-detect-ckpt-format --dist-ckpt-strictness "
+        "--use-checkpoint-args --exit-on-missing-checkpoint --no-ckpt-fully-parallel-save "
+        "--ckpt-fully-parallel-load --async-save --use-dist-ckpt --pretrained-checkpoint"),
+    "logging, evaluation and profiling (outside the step or per-iteration scalars)": (
+        "--log-interval --eval-interval --eval-iters --tensorboard-dir --wandb-project "
+        "--wandb-exp-name --wandb-save-dir --log-throughput --log-timers-to-tensorboard "
+        "--log-memory-to-tensorboard --log-num-zeros-in-grad --log-params-norm "
+        "--log-validation-ppl-to-tensorboard --logging-level --timing-log-level "
+        "--profile --profile-step-start --profile-step-end --profile-ranks "
+        "--use-pytorch-profiler --record-memory-history --memory-snapshot-path "
+        "--moe-per-layer-logging --log-progress --tensorboard-log-interval"),
+    "process setup and host-side housekeeping": (
+        "--distributed-backend --distributed-timeout-minutes --use-mcore-models "
+        "--enable-experimental --manual-gc --manual-gc-interval --no-check-for-nan-in-loss-"
+        "and-grad --empty-unused-memory-level --init-model-with-meta-device "
+        "--no-async-tensor-model-parallel-allreduce --use-cpu-initialization "
+        "--no-initialization --disable-bf16-reduced-precision-matmul --enable-gpt-oss "
+        "--export-force-local-attention --fsdp-manual-registration --use-nccl-ub "
+        "--no-gradient-accumulation-fusion"),
+    "numerics of the same kernels (same FLOPs and bytes)": (
+        "--norm-epsilon --apply-layernorm-1p --rotary-base --rotary-percent "
+        "--rotary-scaling-factor --rotary-seq-len-interpolation-factor --rope-type "
+        "--mscale --mscale-all-dim --glu-linear-offset --activation-func-clamp-value "
+        "--softmax-type --apply-query-key-layer-scaling --fp8-amax-history-len "
+        "--fp8-amax-compute-algo --fp8-margin --fp8-interval --cross-entropy-fusion-impl "
+        "--bf16-reduced-precision-matmul"),
+    "MoE router numerics and load-balancing losses (a few element-wise ops on the "
+    "tokens x experts scores)": (
+        "--moe-router-load-balancing-type --moe-aux-loss-coeff --moe-z-loss-coeff "
+        "--moe-router-score-function --moe-router-pre-softmax --moe-router-topk-scaling-"
+        "factor --moe-router-enable-expert-bias --moe-router-bias-update-rate "
+        "--moe-router-padding-for-fp8 --moe-router-padding-for-quantization "
+        "--moe-input-jitter-eps"),
+    "kernel choices the projection already assumes (grouped expert GEMMs, fused "
+    "permutation, router and elementwise kernels, the DeepEP/HybridEP backend of the "
+    "flex dispatcher, double-buffered FSDP all-gathers, CUDA graphs: the step is "
+    "modelled GPU-bound, host launch overhead hidden)": (
+        "--moe-grouped-gemm --moe-permute-fusion --moe-router-fusion "
+        "--moe-flex-dispatcher-backend --moe-hybridep-num-sms --no-masked-softmax-fusion "
+        "--no-bias-gelu-fusion --no-bias-dropout-fusion --no-rope-fusion "
+        "--fsdp-double-buffer --moe-use-legacy-grouped-gemm --cuda-graph-impl "
+        "--cuda-graph-scope --cuda-graph-modules --external-cuda-graph --te-rng-tracker "
+        "--enable-cuda-graph --cuda-graph-warmup-steps"),
+}
+
+NO_EFFECT: dict[str, str] = {}
+for _why, _names in _REASONS.items():
+    for _n in _names.split():
+        NO_EFFECT[_n] = _why

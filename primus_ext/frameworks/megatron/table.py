@@ -1,0 +1,206 @@
+"""The Megatron-LM ``pretrain_gpt.py`` flags primus-ext reads and writes: one table.
+
+Each ``Flag`` names the spec field(s) it decides, how argparse reads it and Megatron-LM's
+default when the flag is absent (megatron/training/arguments.py and the dataclass
+arguments of megatron/core/transformer/transformer_config.py, Megatron-LM main,
+d98e8a64). ``args.py`` parses a launch line with this table, ``flags.py`` writes one
+from a RunSpec with it, and a flag the spec leaves at Megatron-LM's default is not
+written. ``NO_EFFECT`` lists the flags accepted with no effect on step time or memory,
+each with the reason; any other flag is reported as "not modelled, may change step time".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# ModelSpec.position_embedding_type values Megatron-LM can be told (mrope / yarn are
+# RoPE variants with the same cost).
+POSITION_TYPES = ("learned_absolute", "rope", "alibi", "none", "mrope", "yarn", "relative")
+ATTENTION_BACKENDS = ("flash", "fused", "unfused", "local", "auto")  # core AttnBackend
+FP8_FORMATS = ("e4m3", "hybrid")  # TransformerConfig.fp8
+FP8_RECIPES = ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")
+CP_COMM_TYPES = ("p2p", "a2a", "allgather", "all_gather", "a2a+p2p")
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
+                     "shared_experts")
+OPT_DTYPES = ("fp32", "fp16", "bf16", "fp8")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Flag:
+    name: str
+    fields: tuple[str, ...]  # spec fields it decides ("" entries: launcher settings)
+    default: object = None  # Megatron-LM's value when the flag is absent
+    type: type | None = None  # None: a switch (store_true)
+    choices: tuple | None = None
+    nargs: str | None = None
+    required: bool = False
+    dest: str | None = None
+    store_false: bool = False  # a --no-X switch that turns a default-on setting off
+
+
+def _f(name, fields, default=None, type=None, **kw) -> Flag:
+    if isinstance(fields, str):
+        fields = (fields,) if fields else ()
+    return Flag(name=name, fields=tuple(fields), default=default, type=type, **kw)
+
+
+MODEL = (
+    _f("--num-layers", "model.num_layers", type=int, required=True),
+    _f("--hidden-size", "model.hidden_size", type=int, required=True),
+    _f("--num-attention-heads", "model.num_attention_heads", type=int, required=True),
+    _f("--ffn-hidden-size", "model.ffn_hidden_size", type=int),  # None: 4 x hidden
+    _f("--group-query-attention", "model.num_query_groups", False),
+    _f("--num-query-groups", "model.num_query_groups", 1, int),
+    _f("--kv-channels", "model.kv_channels", type=int),
+    _f("--swiglu", "model.activation", False),
+    _f("--squared-relu", "model.activation", False),
+    _f("--quick-geglu", "model.activation", False),
+    _f("--normalization", "model.normalization", "LayerNorm", str,
+       choices=("LayerNorm", "RMSNorm")),
+    _f("--untie-embeddings-and-output-weights",
+       "model.untie_embeddings_and_output_weights", False),
+    _f("--position-embedding-type", "model.position_embedding_type", "learned_absolute",
+       str, choices=POSITION_TYPES),
+    _f("--use-rotary-position-embeddings", "model.position_embedding_type", False),
+    _f("--no-position-embedding", "model.position_embedding_type", True,
+       store_false=True, dest="add_position_embedding"),
+    _f("--disable-bias-linear", "model.add_bias_linear", False),
+    _f("--add-qkv-bias", "model.add_qkv_bias", False),
+    _f("--qk-layernorm", "model.qk_layernorm", False),
+    _f("--hidden-dropout", "model.hidden_dropout", 0.1, float),
+    _f("--attention-dropout", "model.attention_dropout", 0.1, float),
+    _f("--max-position-embeddings", "model.max_position_embeddings", type=int),
+    _f("--make-vocab-size-divisible-by", "model.make_vocab_size_divisible_by", 128, int),
+    _f("--vocab-size", "model.vocab_size", type=int),
+    _f("--tokenizer-type", "model.vocab_size", type=str),
+    _f("--tokenizer-model", "model.vocab_size", type=str),
+    _f("--vocab-file", "model.vocab_size", type=str),
+    _f("--window-size", "model.window_size", type=str),
+    _f("--window-attn-skip-freq", "model.window_full_attention_every", type=int),
+    _f("--mtp-num-layers", "model.mtp_num_layers", type=int),
+)
+MOE = (
+    _f("--num-experts", "model.num_moe_experts", type=int),
+    _f("--moe-router-topk", "model.moe_router_topk", 2, int),
+    _f("--moe-ffn-hidden-size", "model.moe_ffn_hidden_size", type=int),
+    _f("--moe-shared-expert-intermediate-size",
+       "model.moe_shared_expert_intermediate_size", type=int),
+    _f("--moe-layer-freq", ("model.moe_layer_freq", "model.moe_first_k_dense"), "1", str),
+    _f("--moe-router-num-groups", "model.moe_router_num_groups", type=int),
+    _f("--moe-router-group-topk", "model.moe_router_group_topk", type=int),
+    _f("--moe-expert-capacity-factor", "model.moe_expert_capacity_factor", type=float),
+    _f("--moe-pad-expert-input-to-capacity", "model.moe_pad_expert_input_to_capacity",
+       False),
+    _f("--moe-token-dispatcher-type", "parallel.moe_token_dispatcher_type", "allgather",
+       str, choices=("allgather", "alltoall", "flex")),
+    _f("--moe-router-dtype", "train.moe_router_dtype", type=str, choices=("fp32", "fp64")),
+    _f("--moe-router-force-load-balancing", "train.moe_router_force_load_balancing", False),
+    _f("--overlap-moe-expert-parallel-comm", "parallel.overlap_moe_expert_parallel_comm",
+       False),
+    # megatron-core requires it with the EP A2A overlap (transformer_config.py: "overlap_
+    # moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute"); the
+    # overlap window of comm/moe_comm.py already counts the weight gradients.
+    _f("--delay-wgrad-compute", "parallel.overlap_moe_expert_parallel_comm", False),
+    _f("--moe-shared-expert-overlap", "parallel.moe_shared_expert_overlap", False),
+)
+MLA = (
+    _f("--multi-latent-attention", "model.multi_latent_attention", False),
+    _f("--q-lora-rank", "model.q_lora_rank", type=int),
+    _f("--kv-lora-rank", "model.kv_lora_rank", 512, int),
+    _f("--qk-head-dim", "model.qk_head_dim", 128, int),
+    _f("--qk-pos-emb-head-dim", "model.qk_pos_emb_head_dim", 64, int),
+    _f("--v-head-dim", "model.v_head_dim", 128, int),
+)
+PARALLEL = (
+    _f("--tensor-model-parallel-size", "parallel.tp", 1, int),
+    _f("--pipeline-model-parallel-size", "parallel.pp", 1, int),
+    _f("--num-layers-per-virtual-pipeline-stage", "parallel.vpp", type=int),
+    _f("--num-virtual-stages-per-pipeline-rank", "parallel.vpp", type=int),
+    _f("--virtual-pipeline-model-parallel-size", "parallel.vpp", type=int),  # older name
+    _f("--pipeline-model-parallel-layout", ("parallel.pipeline_layout", "parallel.vpp"),
+       type=str),
+    _f("--decoder-first-pipeline-num-layers", "parallel.decoder_first_pipeline_num_layers",
+       type=int),
+    _f("--decoder-last-pipeline-num-layers", "parallel.decoder_last_pipeline_num_layers",
+       type=int),
+    _f("--account-for-embedding-in-pipeline-split",
+       "parallel.account_for_embedding_in_pipeline_split", False),
+    _f("--account-for-loss-in-pipeline-split",
+       "parallel.account_for_loss_in_pipeline_split", False),
+    _f("--microbatch-group-size-per-virtual-pipeline-stage", "", type=int),
+    _f("--context-parallel-size", "parallel.cp", 1, int),
+    _f("--cp-comm-type", "parallel.cp_comm_type", ["p2p"], str, nargs="+",
+       choices=CP_COMM_TYPES),
+    _f("--expert-model-parallel-size", "parallel.ep", 1, int),
+    _f("--expert-tensor-parallel-size", "parallel.etp", type=int),
+    _f("--sequence-parallel", "parallel.sequence_parallel", False),
+    _f("--use-distributed-optimizer", "parallel.use_distributed_optimizer", False),
+    _f("--use-torch-fsdp2", "parallel.fsdp", False),
+    _f("--use-megatron-fsdp", "parallel.fsdp", False),
+    _f("--data-parallel-sharding-strategy", "parallel.fsdp", "optim_grads_params", str,
+       choices=("no_shard", "optim", "optim_grads", "optim_grads_params")),
+    _f("--overlap-grad-reduce", "parallel.overlap_grad_reduce", False),
+    _f("--overlap-param-gather", "parallel.overlap_param_gather", False),
+    _f("--tp-comm-overlap", "parallel.tp_comm_overlap", False),
+    _f("--grad-reduce-in-bf16", "parallel.grad_reduce_in_fp32", False),
+    _f("--accumulate-allreduce-grads-in-fp32", "parallel.grad_reduce_in_fp32", False),
+    _f("--megatron-fsdp-grad-comm-dtype", "parallel.grad_reduce_in_fp32", "auto", str,
+       choices=("fp32", "fp16", "bf16", "auto")),
+    _f("--megatron-fsdp-main-grads-dtype", "train.main_grads_dtype", "auto", str,
+       choices=("fp32", "bf16", "fp16", "auto")),
+)
+TRAIN = (
+    _f("--micro-batch-size", "train.micro_batch_size", 1, int),
+    _f("--global-batch-size", "train.global_batch_size", type=int),
+    _f("--seq-length", "train.seq_length", type=int, required=True),
+    _f("--bf16", "train.precision", False),
+    _f("--fp16", "train.precision", False),
+    _f("--fp8-format", "train.precision", type=str, choices=FP8_FORMATS),
+    _f("--fp8-recipe", "train.fp8_recipe", "delayed", str, choices=FP8_RECIPES),
+    _f("--fp8-param-gather", "train.fp8_param_gather", False),
+    # Megatron-LM's default is transformer_engine; absent, train.te stays None (TE on GPU
+    # presets, megatron-core's local spec on `cpu`: spec.run.uses_te).
+    _f("--transformer-impl", "train.te", None, str,
+       choices=("local", "transformer_engine", "inference_optimized")),
+    _f("--recompute-granularity", "train.recompute_granularity", type=str,
+       choices=("full", "selective")),
+    _f("--recompute-activations", "train.recompute_granularity", False),
+    _f("--recompute-method", "train.recompute_method", type=str,
+       choices=("uniform", "block")),
+    _f("--recompute-num-layers", "train.recompute_num_layers", type=int),
+    _f("--recompute-modules", "train.recompute_modules", None, str, nargs="+",
+       choices=RECOMPUTE_MODULES),
+    _f("--attention-backend", "train.attention_backend", "auto", str,
+       choices=ATTENTION_BACKENDS),
+    _f("--use-flash-attn", "train.attention_backend", False),
+    _f("--no-attention-softmax-in-fp32", "train.attention_softmax_in_fp32", False),
+    _f("--attention-softmax-in-fp32", "train.attention_softmax_in_fp32", False),
+    _f("--cross-entropy-loss-fusion", "train.cross_entropy_loss_fusion", False),
+    _f("--optimizer", "train.optimizer", "adam", str, choices=("adam", "sgd")),
+    _f("--use-precision-aware-optimizer", "train.use_precision_aware_optimizer", False),
+    _f("--main-grads-dtype", "train.main_grads_dtype", "fp32", str, choices=("fp32", "bf16")),
+    _f("--main-params-dtype", "", "fp32", str, choices=("fp32", "fp16")),
+    _f("--exp-avg-dtype", "train.exp_avg_dtype", "fp32", str, choices=OPT_DTYPES),
+    _f("--exp-avg-sq-dtype", "train.exp_avg_sq_dtype", "fp32", str, choices=OPT_DTYPES),
+    _f("--fine-grained-activation-offloading", "train.offload_modules", False),
+    _f("--offload-modules", "train.offload_modules", None, str, nargs="*"),
+    _f("--train-iters", "", type=int),
+)
+# primus-ext's own flags (the launcher and its outputs; not Megatron-LM flags).
+PRIMUS = (
+    _f("--project-only", ""),
+    _f("--projection-backend", "", "hybrid", str, choices=("hybrid", "simulate")),
+    _f("--target-nodes", "", type=int),
+    _f("--target-gpus-per-node", "", type=int),
+    _f("--target-hardware", "", type=str),
+    _f("--profile-out", "", type=str),
+    _f("--projection-out", "", type=str),
+    _f("--recipe-out", "", type=str),
+    _f("--timings-out", "", type=str),
+    _f("--log-layer-times", ""),
+    _f("--model-name", "", type=str),
+    _f("--measure-warmup", "", 2, int),
+    _f("--measure-repeats", "", 3, int),
+    _f("--measure-microbatches", "", 2, int),
+)
+FLAGS: tuple[Flag, ...] = MODEL + MOE + MLA + PARALLEL + TRAIN + PRIMUS
+BY_NAME = {f.name: f for f in FLAGS}

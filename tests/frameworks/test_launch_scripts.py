@@ -1,0 +1,105 @@
+"""Real Megatron-LM launch scripts (tests/data/launch_scripts: flags captured with their
+repository, commit and path) through the drop-in launcher's parser and its analytic
+``--project-only --projection-backend simulate`` path."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from primus_ext.frameworks.megatron.args import is_known
+from primus_ext.frameworks.megatron.launch import main
+from primus_ext.frameworks.megatron.layout_string import expand
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data" / "launch_scripts"
+SCRIPTS = {p.stem: json.loads(p.read_text()) for p in sorted(DATA.glob("*.json"))}
+
+
+def _target(doc: dict) -> list[str]:
+    t = doc["target"]
+    return ["--target-nodes", str(t["nodes"]), "--target-gpus-per-node",
+            str(t["gpus_per_node"]), "--target-hardware", "h100"]
+
+
+def _value(flags: list[str], flag: str, default=None):
+    return flags[flags.index(flag) + 1] if flag in flags else default
+
+
+def test_the_corpus_is_real_and_large_enough():
+    assert len(SCRIPTS) >= 12
+    repos = {d["source"]["repo"] for d in SCRIPTS.values()}
+    assert {"NVIDIA/Megatron-LM", "yanring/Megatron-MoE-ModelZoo"} <= repos
+    for doc in SCRIPTS.values():
+        src = doc["source"]
+        assert len(src["commit"]) == 40 and src["path"].endswith(".sh")
+        assert "--num-layers" in doc["flags"] and doc["target"]["nodes"] >= 1
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_every_flag_is_modelled_or_listed_as_no_effect(name):
+    flags = {t.split("=", 1)[0] for t in SCRIPTS[name]["flags"] if t.startswith("--")}
+    assert sorted(f for f in flags if not is_known(f)) == []
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_every_script_projects_analytically_and_keeps_what_it_says(name, tmp_path,
+                                                                     capsys):
+    doc = SCRIPTS[name]
+    flags = doc["flags"]
+    out = tmp_path / "projection.json"
+    rc = main(flags + _target(doc) + [
+        "--project-only", "--projection-backend", "simulate", "--projection-out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert "not modelled" not in err
+    est = json.loads(out.read_text())
+    cfg = est["config"]
+    model, par, train = cfg["model"], cfg["parallel"], cfg["train"]
+    assert est["step_time_s"] > 0 and est["backend"] == "simulate"
+    assert model["num_layers"] == int(_value(flags, "--num-layers"))
+    assert par["tp"] == int(_value(flags, "--tensor-model-parallel-size", 1))
+    assert par["pp"] == int(_value(flags, "--pipeline-model-parallel-size", 1))
+    if _value(flags, "--tokenizer-type") == "NullTokenizer":
+        assert model["vocab_size"] == int(_value(flags, "--vocab-size")) + 1
+    assert model["make_vocab_size_divisible_by"] == int(
+        _value(flags, "--make-vocab-size-divisible-by", 128))
+    if "--num-virtual-stages-per-pipeline-rank" in flags:
+        assert par["vpp"] == int(_value(flags, "--num-virtual-stages-per-pipeline-rank"))
+    layout = _value(flags, "--pipeline-model-parallel-layout")
+    if layout:
+        stages = expand(layout)
+        assert par["vpp"] == len(stages) // par["pp"]
+        assert par["pipeline_layout"] == [s.count("t") for s in stages]
+    if "--fp8-format" in flags:
+        assert train["precision"] == "fp8"
+        assert train["fp8_recipe"] == _value(flags, "--fp8-recipe", "delayed")
+    else:
+        assert train["precision"] == ("bf16" if "--bf16" in flags else
+                                      "fp16" if "--fp16" in flags else "fp32")
+    gran = _value(flags, "--recompute-granularity",
+                  "selective" if "--recompute-activations" in flags else None)
+    assert train["recompute_granularity"] == gran
+    if "--recompute-modules" in flags:
+        i = flags.index("--recompute-modules") + 1
+        mods = []
+        while i < len(flags) and not flags[i].startswith("--"):
+            mods.append(flags[i])
+            i += 1
+        assert train["recompute_modules"] == mods
+
+
+def test_the_analytic_path_imports_no_torch(tmp_path):
+    doc = SCRIPTS["zoo_deepseek_v3_h100"]
+    argv = doc["flags"] + _target(doc) + ["--project-only", "--projection-backend",
+                                          "simulate"]
+    code = ("import sys, json; from primus_ext.frameworks.megatron.launch import main; "
+            f"rc = main(json.loads({json.dumps(json.dumps(argv))})); "
+            "assert rc == 0 and 'torch' not in sys.modules, sorted(sys.modules)[:5]")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "tokens/s/GPU" in res.stdout
