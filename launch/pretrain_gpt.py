@@ -3,12 +3,16 @@
 
     torchrun --nproc-per-node 2 launch/pretrain_gpt.py <Megatron-LM flags> \
         --project-only --target-nodes 8 --target-hardware h100
+    python launch/pretrain_gpt.py <Megatron-LM flags> --project-only \
+        --projection-backend simulate --target-nodes 8 --target-hardware h100
 
-Accepts Megatron-LM's flags for model shape, parallel layout, batch, precision,
-recompute and optimizer, plus --project-only, --target-nodes, --target-gpus-per-node,
---target-hardware, --profile-out, --projection-out, --recipe-out, --timings-out,
---log-layer-times. Flags it does not model (data paths, checkpointing, logging, ...) are
-ignored with one warning.
+Takes a Megatron-LM launch line as it is (the flags it reads:
+primus_ext/frameworks/megatron/table.py), plus --project-only, --projection-backend
+(hybrid: measure then project, the default; simulate: analytic, no torch),
+--target-nodes, --target-gpus-per-node, --target-hardware, --profile-out,
+--projection-out, --recipe-out, --timings-out, --log-layer-times. Other flags are
+accepted: one line lists those not modelled that may change step time, one those with no
+effect on step time or memory.
 See primus_ext/frameworks/megatron/launch.py.
 """
 import os
