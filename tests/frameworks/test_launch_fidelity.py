@@ -102,6 +102,10 @@ def test_4_memory_and_time_flags_reach_the_spec():
     spec = _parse("mlm_mfsdp_deepseek_v3").spec  # Megatron-FSDP bf16 grads and comm
     assert spec.parallel.fsdp and not spec.parallel.grad_reduce_in_fp32
     assert _parse("zoo_qwen3_30b_4node").spec.train.moe_router_force_load_balancing
+    # Megatron-LM validate_args: bf16 main gradients are not accumulated in fp32.
+    spec = _parse("zoo_deepseek_v3_h100", "--main-grads-dtype", "bf16",
+                  drop=("--main-grads-dtype",)).spec
+    assert spec.train.main_grads_dtype == "bf16" and not spec.parallel.grad_reduce_in_fp32
 
 
 def test_5_model_shape_flags():

@@ -86,9 +86,15 @@ def _grad_reduce_in_fp32(ns, fsdp: bool, n: Notes) -> bool:
     --accumulate-allreduce-grads-in-fp32; fp32 is fp32. Megatron-FSDP's main-gradient
     and communication dtypes ('auto': the rule above) replace it when set."""
     if ns.accumulate_allreduce_grads_in_fp32:
+        if ns.main_grads_dtype == "bf16":
+            raise ValueError("--main-grads-dtype bf16 with --accumulate-allreduce-grads-"
+                             "in-fp32 (Megatron-LM: '--main-grads-dtype can only be fp32 "
+                             "when --accumulate-allreduce-grads-in-fp32 is set')")
         rule = True
     elif ns.bf16 or ns.fp8_format:
-        rule = not ns.grad_reduce_in_bf16
+        # validate_args: bf16 accumulates in fp32 unless --grad-reduce-in-bf16 or
+        # --main-grads-dtype bf16.
+        rule = not (ns.grad_reduce_in_bf16 or ns.main_grads_dtype == "bf16")
     else:
         rule = not ns.fp16
     if not (fsdp and ns.use_megatron_fsdp):
@@ -245,9 +251,10 @@ def _train(ns, dp: int, n: Notes) -> TrainSpec:
         n.notes.append("--fp8-param-gather has no effect without --fp8-format")
     pao = ns.use_precision_aware_optimizer
     dtypes = (ns.main_grads_dtype, ns.exp_avg_dtype, ns.exp_avg_sq_dtype)
-    if not pao and dtypes != ("fp32",) * 3:
-        n.notes.append("--main-grads-dtype / --exp-avg-dtype / --exp-avg-sq-dtype have no "
-                       "effect without --use-precision-aware-optimizer")
+    if not pao and dtypes[1:] != ("fp32",) * 2:
+        n.notes.append("--exp-avg-dtype / --exp-avg-sq-dtype have no effect without "
+                       "--use-precision-aware-optimizer")
+    if not pao:  # --main-grads-dtype bf16 alone: bf16 gradients (grad_reduce_in_fp32)
         dtypes = ("fp32",) * 3
     if ns.main_params_dtype != "fp32":
         n.not_modelled.append(f"--main-params-dtype {ns.main_params_dtype} (modelled as "
