@@ -170,7 +170,15 @@ def _virtual_stages(ns, n: Notes) -> tuple[int, tuple[int, ...] | None]:
                                              num_layers=L,
                                              mtp_num_layers=ns.mtp_num_layers or 0)
         return len(counts) // pp, counts
+    first_last = ns.decoder_first_pipeline_num_layers is not None or \
+        ns.decoder_last_pipeline_num_layers is not None
     if ns.num_layers_per_virtual_pipeline_stage is not None:
+        if first_last:
+            raise ValueError("--num-layers-per-virtual-pipeline-stage with --decoder-first/"
+                             "last-pipeline-num-layers (Megatron-LM: 'please use "
+                             "--num-virtual-stages-per-pipeline-rank to specify virtual "
+                             "pipeline parallel degree when enable uneven pipeline "
+                             "parallelism')")
         per_vs = ns.num_layers_per_virtual_pipeline_stage
         total = L + extra
         if total % pp:
@@ -184,8 +192,6 @@ def _virtual_stages(ns, n: Notes) -> tuple[int, tuple[int, ...] | None]:
         return total // pp // per_vs, None
     vpp = ns.num_virtual_stages_per_pipeline_rank or \
         ns.virtual_pipeline_model_parallel_size or 1
-    first_last = ns.decoder_first_pipeline_num_layers is not None or \
-        ns.decoder_last_pipeline_num_layers is not None
     if vpp == 1 and not first_last and (L + extra) % pp:
         raise ValueError(f"--num-layers {L} (+{extra} for embedding/loss) is not "
                          f"divisible by --pipeline-model-parallel-size {pp} and no layout "

@@ -1,0 +1,62 @@
+"""Tokenizer files read for their size, in the formats Megatron-LM's tokenizers load:
+Hugging Face ``tokenizer.json`` (model vocabulary plus added tokens, as
+``len(AutoTokenizer)`` counts them), a Hugging Face directory, and a SentencePiece
+``ModelProto`` (github.com/google/sentencepiece src/sentencepiece_model.proto: field 1,
+``repeated SentencePiece pieces``; field 2 the trainer spec)."""
+from __future__ import annotations
+
+import json
+import struct
+
+from primus_ext.frameworks.megatron.vocab import count_tokens, known_vocab, resolve_vocab
+
+
+def _tokenizer_json(n: int, added: list[int]) -> dict:
+    return {"version": "1.0", "added_tokens": [{"id": i, "content": f"<s{i}>",
+                                                "special": True} for i in added],
+            "model": {"type": "BPE", "vocab": {f"t{i}": i for i in range(n)}, "merges": []}}
+
+
+def test_tokenizer_json_counts_vocabulary_and_new_added_tokens(tmp_path):
+    f = tmp_path / "tokenizer.json"
+    f.write_text(json.dumps(_tokenizer_json(100, [0, 100, 101])))  # id 0 is in the vocab
+    assert count_tokens(str(f)) == 102
+    assert count_tokens(str(tmp_path)) == 102  # a Hugging Face directory
+    v = resolve_vocab(tokenizer_type="HuggingFaceTokenizer", vocab_size=None,
+                      tokenizer_model=str(tmp_path), vocab_file=None)
+    assert v.size == 102 and str(tmp_path) in v.how
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out += bytes([b | (0x80 if n else 0)])
+        if not n:
+            return out
+
+
+def _field(num: int, payload: bytes) -> bytes:
+    return _varint(num << 3 | 2) + _varint(len(payload)) + payload
+
+
+def test_sentencepiece_model_counts_its_pieces(tmp_path):
+    pieces = b"".join(_field(1, _field(1, f"piece{i}".encode()) + b"\x15"
+                             + struct.pack("<f", -float(i)) + b"\x18\x01")
+                      for i in range(7))
+    trainer = _field(2, _varint(3 << 3 | 0) + _varint(7))  # trainer_spec.vocab_size
+    f = tmp_path / "tokenizer.model"
+    f.write_bytes(pieces + trainer)
+    assert count_tokens(str(f)) == 7
+    v = resolve_vocab(tokenizer_type="Llama2Tokenizer", vocab_size=None,
+                      tokenizer_model=str(f), vocab_file=None)
+    assert v.size == 7
+
+
+def test_names_match_by_repository_name():
+    assert known_vocab("deepseek-ai/DeepSeek-V3").size == 129280
+    assert known_vocab("/models/Qwen3-30B-A3B/").size == 151669
+    assert known_vocab("meta-llama/Llama-3.1-8B").size == 128256
+    assert known_vocab("openai/gpt-oss-120b").size == 201088
+    assert known_vocab("mistralai/Mixtral-8x22B-Instruct-v0.1") is None  # 32768, not listed
