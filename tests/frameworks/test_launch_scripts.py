@@ -103,3 +103,26 @@ def test_the_analytic_path_imports_no_torch(tmp_path):
                          text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "tokens/s/GPU" in res.stdout
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_the_written_launch_line_reads_back_as_the_script(name):
+    """flags.py writes what args.py read from the real script: reading that back gives
+    the same spec (the recipe a --recipe-out run writes)."""
+    from primus_ext.frameworks.megatron.args import parse_launch_args
+    from primus_ext.frameworks.megatron.flags import megatron_argv
+    doc = SCRIPTS[name]
+    spec = parse_launch_args(doc["flags"] + _target(doc)).spec
+    back = parse_launch_args(megatron_argv(spec) + _target(doc), name=spec.model.name)
+    assert back.spec == spec and back.not_modelled == ()
+
+
+def test_recipe_out_writes_a_launch_line(tmp_path, capsys):
+    doc = SCRIPTS["mlm_llama3_8b_h100_fp8"]
+    rc = main(doc["flags"] + _target(doc) + ["--project-only", "--projection-backend",
+                                             "simulate", "--recipe-out", str(tmp_path)])
+    assert rc == 0, capsys.readouterr().err
+    script = (tmp_path / "megatron_args.sh").read_text()
+    assert "--fp8-format hybrid" in script and "--fp8-recipe" not in script
+    assert "--sequence-parallel" not in script  # turned off at TP 1, as Megatron-LM does
+    assert "backend=profile" not in (tmp_path / "overrides.txt").read_text()
