@@ -133,7 +133,9 @@ def _spec(draw) -> RunSpec:
         use_precision_aware_optimizer=pao, main_grads_dtype=dt[0], exp_avg_dtype=dt[1],
         exp_avg_sq_dtype=dt[2],
         moe_router_dtype=draw(st.sampled_from((None, "fp32"))) if model.is_moe else None,
-        moe_router_force_load_balancing=model.is_moe and draw(st.booleans()))
+        moe_router_force_load_balancing=model.is_moe and draw(st.booleans()),
+        offload_modules=draw(st.sampled_from(((), ("core_attn", "attn_proj"),
+                                              ("qkv_linear", "mlp_norm")))))
     cluster = ClusterSpec(hardware=hardware_preset("h100"), num_nodes=world // 8)
     return RunSpec(model=model, parallel=par, train=train, cluster=cluster)
 
