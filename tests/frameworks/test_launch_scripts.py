@@ -126,3 +126,15 @@ def test_recipe_out_writes_a_launch_line(tmp_path, capsys):
     assert "--fp8-format hybrid" in script and "--fp8-recipe" not in script
     assert "--sequence-parallel" not in script  # turned off at TP 1, as Megatron-LM does
     assert "backend=profile" not in (tmp_path / "overrides.txt").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(n for n, d in SCRIPTS.items()
+                                        if d["source"]["repo"] == "NVIDIA/Megatron-LM"
+                                        and d["target"]["nodes"] == 1))
+def test_nvidias_single_node_h100_scripts_fit(name):
+    """NVIDIA's examples written for one 8 x H100 node fit its 80 GiB (Llama 3 8B FP8,
+    Megatron-FSDP Llama 3 8B FP8, GPT-OSS)."""
+    from primus_ext.frameworks.megatron.args import parse_launch_args
+    from primus_ext.project.estimate import project
+    doc = SCRIPTS[name]
+    assert project(parse_launch_args(doc["flags"] + _target(doc)).spec).fits
