@@ -32,7 +32,10 @@ def _model(draw) -> ModelSpec:
                   moe_ffn_hidden_size=draw(st.sampled_from((None, 64))),
                   moe_shared_expert_intermediate_size=draw(st.sampled_from((None, 64))),
                   moe_layer_freq=draw(st.sampled_from((1, 2))),
-                  moe_first_k_dense=draw(st.sampled_from((0, 1))))
+                  moe_first_k_dense=draw(st.sampled_from((0, 1))),
+                  moe_expert_capacity_factor=draw(st.sampled_from((None, 1.0, 1.5))))
+        kw["moe_pad_expert_input_to_capacity"] = bool(
+            kw["moe_expert_capacity_factor"]) and draw(st.booleans())
         if draw(st.booleans()):
             kw.update(moe_router_num_groups=2, moe_router_group_topk=1,
                       moe_router_topk=min(kw["moe_router_topk"], experts // 2))
