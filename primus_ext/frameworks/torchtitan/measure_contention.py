@@ -22,20 +22,15 @@ import subprocess
 import sys
 from contextlib import contextmanager
 
-_DIST_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-             "MASTER_PORT", "GROUP_RANK", "TORCHELASTIC_RUN_ID")
-
-
 @contextmanager
 def titan_neighbours(num: int, dims_json: str, assets: str, argv: list[str]):
     """``num`` neighbour processes training the measured model; yields megatron's
     ``Neighbours`` (pause / resume) once each has finished a step."""
-    from primus_ext.frameworks.megatron.contention import Neighbours
+    from primus_ext.frameworks.megatron.contention import Neighbours, neighbour_env
     if num <= 0:
         yield Neighbours([])
         return
-    env = {k: v for k, v in os.environ.items() if k not in _DIST_ENV}
-    env["OMP_NUM_THREADS"] = "1"
+    env = neighbour_env()  # no torchrun agent-store settings (they made neighbours hang)
     procs = [subprocess.Popen([sys.executable, "-m", __name__, dims_json, assets,
                                json.dumps(argv)], stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True, env=env)
