@@ -150,6 +150,8 @@ class Evaluator:
         self.trials: list[Trial] = []  # in evaluation order, new and resumed
         self.rejected = Counter()  # reason -> count, for everything not projected
         self.num_checked = 0  # candidates that met the memory model
+        # ... of which off the space's axes (the fit ladder's recompute, e.g. block-23)
+        self.num_off_axis = 0
         self.num_projected = 0
         self.start = time.monotonic()
         self.best: Trial | None = None
@@ -197,6 +199,7 @@ class Evaluator:
             return
         if trial.verdict in ("ok", "oom", "error"):
             self.num_checked += 1
+            self.num_off_axis += bool(self.space.in_space(trial.point))
         if trial.verdict == "ok":
             self.num_projected += 1
             trial.metrics.setdefault("cost_per_mtok", None)
@@ -228,6 +231,7 @@ class Evaluator:
             if enforce_budget and not self.budget_left():
                 raise BudgetExhausted()
             self.num_checked += 1
+            self.num_off_axis += bool(self.space.in_space(point))
             done = self.prefetched.get(point)
             if done is None:
                 self._score(spec, trial)
@@ -290,6 +294,7 @@ class Evaluator:
                       key=lambda t: (-t.score, t.index))
 
     def stats(self) -> dict:
-        return {"evaluated": self.num_checked, "projected": self.num_projected,
+        return {"evaluated": self.num_checked, "off_axis": self.num_off_axis,
+                "projected": self.num_projected,
                 "rejected_by_reason": dict(self.rejected.most_common()),
                 "seconds": self.elapsed_s}

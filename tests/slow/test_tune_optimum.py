@@ -20,7 +20,10 @@ def test_default_search_is_within_one_percent_of_the_exhaustive_optimum():
     default = tune(LLAMA + ["tune.budget.candidates=1500", "tune.budget.seconds=60"],
                    write=False)
     exhaustive = tune(LLAMA + ["tune.strategy=exhaustive"], write=False)
-    assert exhaustive.stats["evaluated"] == exhaustive.space["num_legal"]
+    # every legal point, plus the fit ladder's relief of the baseline where that lies
+    # off the recompute axis (e.g. full recompute of the fewest blocks that fit)
+    assert exhaustive.stats["evaluated"] - exhaustive.stats["off_axis"] == \
+        exhaustive.space["num_legal"]
     assert default.strategy == "guided"
     assert default.stats["evaluated"] <= 1500
     best = default.best.metrics["tokens_per_s_per_gpu"]
