@@ -93,16 +93,17 @@ def configs(quick: bool) -> list[Config]:
     d = _dims(quick)
     seq = 128 if quick else 256
     m = 4 if quick else 8  # microbatches per step and data-parallel rank
-    base = ["model=tiny_dense"] + _model_overrides(d, seq)
+    base = ["framework=torchtitan", "model=tiny_dense"] + _model_overrides(d, seq)
     tt = ["--training.seq_len", str(seq)]
     return [
-        Config("fsdp2", 2, tuple(base + ["parallel.fsdp=true", "train.micro_batch_size=1",
+        Config("fsdp2", 2, tuple(base + ["parallel.dp_shard=2", "train.micro_batch_size=1",
                                          f"train.global_batch_size={2 * m}"]),
                tuple(tt + ["--parallelism.data_parallel_shard_degree", "2",
                            "--training.local_batch_size", "1",
                            "--training.global_batch_size", str(2 * m)]),
                f"FSDP2 over 2 processes, {m} accumulated microbatches"),
-        Config("tp2", 2, tuple(base + ["parallel.tp=2", "parallel.sequence_parallel=true",
+        Config("tp2", 2, tuple(base + ["parallel.dp_shard=1", "parallel.tp=2",
+                                       "parallel.sequence_parallel=true",
                                        "train.micro_batch_size=1",
                                        f"train.global_batch_size={m}"]),
                tuple(tt + ["--parallelism.data_parallel_shard_degree", "1",
@@ -110,7 +111,8 @@ def configs(quick: bool) -> list[Config]:
                            "--training.local_batch_size", "1",
                            "--training.global_batch_size", str(m)]),
                f"TP 2 with SP, {m} accumulated microbatches, 2 processes"),
-        Config("pp2", 2, tuple(base + ["parallel.pp=2", "parallel.schedule=1f1b",
+        Config("pp2", 2, tuple(base + ["parallel.dp_shard=1", "parallel.pp=2",
+                                       "parallel.schedule=1F1B",
                                        "train.micro_batch_size=1",
                                        f"train.global_batch_size={m}"]),
                tuple(tt + ["--parallelism.data_parallel_shard_degree", "1",

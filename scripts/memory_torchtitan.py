@@ -5,9 +5,12 @@ For each case (FSDP2 over 2 processes, TP 2, PP 2 with 1F1B; a tiny llama3), tor
 own Trainer runs under torchrun with the CPU patches and every rank counts its parameters,
 gradients, optimizer state and the activations one microbatch's forward saves
 (``primus_ext.frameworks.torchtitan.measure_memory``). The memory model is any function
-``spec -> MemoryReport`` (``--model-fn module:function``; the default is
-``primus_ext:memory``), asked about the same layout as a primus-ext spec; rank r is
-compared with stage ``r // (ranks per stage)``.
+``spec -> MemoryReport`` (``--model-fn module:function``), asked about the same layout
+as a ``framework=torchtitan`` spec (``parallel.dp_shard`` for FSDP2); the default
+``primus_ext:memory`` is ``memory_report``, which answers such a spec with the torchtitan
+memory model (``primus_ext.memory.torchtitan``). Rank r is compared with stage
+``r // (ranks per stage)``; the CPU-only part of each real figure is named from the real
+records, so a zero residual is a byte match.
 
     .venv/bin/python scripts/memory_torchtitan.py [--write] [--model-fn mod:fn]
         [--cases fsdp2,tp2,pp2] [--json FILE]
@@ -51,7 +54,8 @@ class Case:
 
 def cases() -> list[Case]:
     d = DIMS
-    base = ["model=tiny_dense", f"model.num_layers={d['num_layers']}",
+    base = ["framework=torchtitan", "model=tiny_dense",
+            f"model.num_layers={d['num_layers']}",
             f"model.hidden_size={d['hidden_size']}",
             f"model.num_attention_heads={d['num_attention_heads']}",
             f"model.num_query_groups={d['num_query_groups']}",
@@ -60,18 +64,20 @@ def cases() -> list[Case]:
             "cluster.hardware=cpu", "cluster.num_nodes=1", "cluster.gpus_per_node=2"]
     tt = ["--training.seq_len", str(SEQ)]
     return [
-        Case("fsdp2", tuple(base + ["parallel.fsdp=true", "train.micro_batch_size=2",
+        Case("fsdp2", tuple(base + ["parallel.dp_shard=2", "train.micro_batch_size=2",
                                     "train.global_batch_size=4"]),
              tuple(tt + ["--parallelism.data_parallel_shard_degree", "2",
                          "--training.local_batch_size", "2"]),
              "FSDP2 over 2 processes, micro batch 2"),
-        Case("tp2", tuple(base + ["parallel.tp=2", "parallel.sequence_parallel=true",
+        Case("tp2", tuple(base + ["parallel.dp_shard=1", "parallel.tp=2",
+                                  "parallel.sequence_parallel=true",
                                   "train.micro_batch_size=2", "train.global_batch_size=2"]),
              tuple(tt + ["--parallelism.data_parallel_shard_degree", "1",
                          "--parallelism.tensor_parallel_degree", "2",
                          "--training.local_batch_size", "2"]),
              "TP 2 with SP, micro batch 2"),
-        Case("pp2", tuple(base + ["parallel.pp=2", "parallel.schedule=1f1b",
+        Case("pp2", tuple(base + ["parallel.dp_shard=1", "parallel.pp=2",
+                                  "parallel.schedule=1F1B",
                                   "train.micro_batch_size=1", "train.global_batch_size=2"]),
              tuple(tt + ["--parallelism.data_parallel_shard_degree", "1",
                          "--parallelism.pipeline_parallel_degree", "2",
@@ -100,48 +106,114 @@ def load_model_fn(name: str):
     return getattr(importlib.import_module(mod), fn)
 
 
+def _norm_cpu_extra(ranks_rank: dict, first_block: list) -> int:
+    """Bytes the CPU's composite RMSNorm saves beyond a fused GPU kernel, on one rank:
+    per norm the fp32 input copy (``ToCopyBackward0``) and the fp32 product
+    (``MulBackward0``) instead of the bf16 input (half the copy's bytes); the rstd is
+    saved either way. Read off the first block's storages (two norms), the final norm
+    counted as one norm of the same shape."""
+    copy = sum(n for p, _, dt, n in first_block if p == "ToCopyBackward0" and dt == "float32")
+    prod = sum(n for p, _, dt, n in first_block if p == "MulBackward0" and dt == "float32")
+    per_norm = (copy + prod - copy // 2) // 2
+    scopes = ranks_rank["activation_by_scope"]
+    blocks = sum(1 for k in scopes if k.startswith("layer."))
+    return per_norm * (2 * blocks + (1 if "final_norm" in scopes else 0))
+
+
 def compare(case: Case, ranks: list[dict], model_fn) -> list[dict]:
+    """One row per rank and category: the model's bytes, the real ones counted in the
+    same scope, and the named CPU-only part of the real figure (``cpu_only_bytes``:
+    real on this CPU minus what the same code keeps on a GPU, from the real records);
+    ``residual_bytes`` = model - (real - cpu_only): zero is a byte match."""
     import primus_ext
     spec = primus_ext.compose(list(case.overrides))
     report = model_fn(spec)
     per_stage = max(len(ranks) // spec.parallel.pp, 1)
+    first_block = ranks[0].get("first_block_saved", [])
     rows = []
     for r, got in enumerate(ranks):
         st = report.stages[min(r // per_stage, len(report.stages) - 1)]
-        for what, model_v, real_v in (
-                ("parameters", st.param_bytes, got["param_bytes"]),
-                ("gradients", st.grad_bytes, got["grad_bytes"]),
-                ("optimizer state", st.optimizer_bytes, got["optimizer_bytes"]),
+        # Without PP FSDP2 reshards after forward and, on a GPU, prefetches the next
+        # block while this one computes (implicit forward prefetch): two blocks in
+        # flight. CPU compute is synchronous: one at a time, so the measured peak holds
+        # one block fewer -- a block of the size measured (the peak is one block).
+        no_prefetch = -got["unsharded_peak_fwd_bytes"] if spec.parallel.pp == 1 else 0
+        for what, model_v, real_v, cpu, note in (
+                ("parameters", st.param_bytes,
+                 got["param_bytes"] + got["unsharded_peak_fwd_bytes"], no_prefetch,
+                 "fp32 shards + bf16 gathered at the forward's peak"),
+                ("gradients", st.grad_bytes, got["grad_bytes"], 0,
+                 "fp32 shards after the step (backward transients not measured)"),
+                ("optimizer state", st.optimizer_bytes,
+                 got["optimizer_bytes"] + got["optimizer_step_bytes"], 0,
+                 "AdamW moments + step"),
                 ("activations / microbatch", st.activation_bytes_per_microbatch,
-                 got["activation_bytes"])):
+                 got["activation_bytes"], _norm_cpu_extra(got, first_block),
+                 "saved by one microbatch's forward")):
             rows.append({"case": case.name, "rank": r, "stage": st.stage, "what": what,
                          "model_bytes": int(model_v), "real_bytes": int(real_v),
-                         "diff_bytes": int(model_v) - int(real_v)})
+                         "diff_bytes": int(model_v) - int(real_v),
+                         "cpu_only_bytes": int(cpu),
+                         "residual_bytes": int(model_v) - int(real_v) + int(cpu),
+                         "real_scope": note})
     return rows
 
 
-NAMED = """## Named differences (torchtitan on this CPU)
+NAMED = """## Named differences
 
-- **Unsharded parameters kept through backward.** torchtitan keeps FSDP2's bf16
-  all-gathered parameters of a group alive from forward to backward where it sets
-  `reshard_after_forward=False` (under PP every group; without PP the last); autograd
-  saves them (a linear saves its weight). They are counted apart ("unsharded params
-  saved" below), not in the activations: they are the all-gathered blocks in flight.
-- **The output layer and the loss.** torchtitan's `ChunkedLossWrapper` runs the lm_head
-  inside the loss, chunk by chunk, outside the model's forward: the activation count
-  (one forward of the model part) holds the final norm but no logits.
-- **`step` of AdamW.** One fp32 scalar tensor per parameter tensor
-  (`optimizer_step_bytes`), not in the optimizer state above.
+CPU-only (column "CPU only": the real figure on this CPU minus what the same code keeps
+on a GPU, taken from the real records):
+
+- **Blocks in flight.** Without PP, FSDP2 reshards after forward and on a GPU prefetches
+  the next block while this one computes (implicit forward prefetch: the all-gather is
+  issued on its own stream), so two blocks' bf16 parameters are gathered at the peak.
+  CPU compute is synchronous: one block at a time here (`unsharded params at peak`
+  below is one block), so the real peak holds one block fewer.
+- **RMSNorm.** torch 2.13's CPU `rms_norm` is composite: each norm saves its input cast
+  to fp32 (`ToCopyBackward0`), the fp32 product (`MulBackward0`) and the fp32 `rsqrt`
+  statistics; a fused GPU kernel (`aten._fused_rms_norm`) saves its bf16 input and the
+  statistics. Per norm the CPU keeps 6 B per element more (8 instead of 2).
 - **Attention.** On this CPU FlexAttention is replaced by SDPA (patches/torchtitan_sdpa.py);
   the CPU's fused SDPA kernel saves the output and the log-sum-exp as flash attention
-  does on a GPU.
-- **RMSNorm on the CPU (CPU only).** torch 2.13's CPU `rms_norm` is composite: each norm
-  saves its input cast to fp32 (`ToCopyBackward0`), the fp32 product (`MulBackward0`) and
-  the fp32 `rsqrt` statistics; a fused GPU kernel saves its input and the statistics.
-- **Blocks in flight (CPU only).** CPU compute is synchronous, so FSDP2's implicit
-  forward prefetch (the next block's all-gather issued while the GPU still computes this
-  one) does not happen: one block's parameters are gathered at a time here.
+  does on a GPU (no difference in bytes).
+
+Not CPU-only (scope of the measurement, or the model):
+
+- **Gradients in backward are not measured.** The real count is taken after the step:
+  the fp32 gradient shards. The model's gradient figure adds the backward's transients
+  (one unit's unsharded bf16 gradient and the fp32 copy the reduce-scatter reads; under
+  PP the stage's unsharded fp32 gradients accumulated over microbatches), which this
+  script does not count; the gradient rows' residual is that term, unverified here.
+- **Attention projections.** torchtitan 0.3.0's llama3 builds separate `wq`, `wk`, `wv`
+  (`models/common/attention.py`, `QKVLinear`): V is its own tensor. The model counts a
+  fused `wqkv` output kept whole (V a view of it), i.e. the Q and K parts once more:
+  `b*s*(heads + kv_heads)/tp*head_dim*2` bytes per block too many.
+- **RoPE cache.** `RoPE` gathers its complex64 cache by position
+  (`models/common/rope.py`, `_reshape_for_broadcast`: shape `(batch, seq, 1,
+  head_dim/2)`), a new tensor each block saves for the backward of the rotation:
+  `b*s*head_dim/2*8` bytes per block the model does not count.
+- **The output layer and the loss.** torchtitan's `ChunkedLossWrapper` runs the lm_head
+  inside the loss, chunk by chunk, outside the model's forward: the activation count
+  (one forward of the model part) holds the final norm but no logits (as the model).
+
+A non-zero "left" after the two named model differences is not accounted for; the
+per-scope figures below locate it.
 """
+
+
+def _explained(case: Case, rank: dict) -> int:
+    """The activation residual the two named model differences account for on one rank:
+    blocks * (Q and K of a fused wqkv output - the RoPE cache)."""
+    d = DIMS
+    flags = dict(zip(case.flags[::2], case.flags[1::2]))
+    tp = int(flags.get("--parallelism.tensor_parallel_degree", 1))
+    b = int(flags.get("--parallelism.pipeline_parallel_microbatch_size",
+                      flags["--training.local_batch_size"]))
+    hd = d["hidden_size"] // d["num_attention_heads"]
+    qk = b * SEQ * (d["num_attention_heads"] + d["num_query_groups"]) // tp * hd * 2
+    rope = b * SEQ * hd // 2 * 8
+    blocks = sum(1 for k in rank["activation_by_scope"] if k.startswith("layer."))
+    return blocks * (qk - rope)
 
 
 def main() -> int:
@@ -165,10 +237,12 @@ def main() -> int:
             ranks = measure(known[name], Path(tmpd))
             raw[name] = ranks
             rows += compare(known[name], ranks, model_fn)
-    print(f"{'case':<6} {'rank':>4} {'what':<26} {'model':>12} {'real':>12} {'diff':>10}")
+    print(f"{'case':<6} {'rank':>4} {'what':<26} {'model':>12} {'real':>12} {'diff':>10} "
+          f"{'CPU only':>10} {'residual':>10}")
     for r in rows:
         print(f"{r['case']:<6} {r['rank']:>4} {r['what']:<26} {r['model_bytes']:>12,} "
-              f"{r['real_bytes']:>12,} {r['diff_bytes']:>+10,}")
+              f"{r['real_bytes']:>12,} {r['diff_bytes']:>+10,} {r['cpu_only_bytes']:>+10,} "
+              f"{r['residual_bytes']:>+10,}")
     result = {"model_fn": a.model_fn, "rows": rows, "raw": raw}
     if a.json:
         Path(a.json).write_text(json.dumps(result, indent=1) + "\n")
@@ -194,23 +268,34 @@ def _write_doc(result: dict) -> None:
              "stage. Model: the memory function named above, asked about the same "
              "layout as a primus-ext spec.", "",
              f"Model (all cases): a llama3 of {json.dumps(DIMS)}, sequence {SEQ}.", "",
-             "The model answers for the semantics the spec selects. A spec without "
-             "`framework=torchtitan` is a megatron-core layout (`parallel.fsdp=true` is "
-             "megatron-core's FSDP: bf16 parameters, fp32 main gradients, an fp32 master "
-             "copy in the optimizer state), so its rows differ from torchtitan's fp32 "
-             "parameters and gradients by design; the real columns are torchtitan's either "
-             "way.", ""]
+             "Each spec is `framework=torchtitan`, so the model is torchtitan's memory "
+             "model (`primus_ext.memory.torchtitan`, what `memory_report` returns for "
+             "such a spec). Columns: *model*; *real*, counted in the scope named in the "
+             "last column; *CPU only*, the part of the real figure this CPU adds (+) or "
+             "lacks (-) against the same code on a GPU, from the real records (see Named "
+             "differences); *residual* = model - (real - CPU only): 0 is a byte match "
+             "once the CPU-only differences are named.", ""]
     for name, ranks in result["raw"].items():
         c = by[name]
         lines += [f"## {name}: {c.what}", "",
                   f"Spec: `{' '.join(c.overrides)}`; torchtitan: `{' '.join(c.flags)}`", "",
-                  "| rank | stage | what | model | real | model - real |",
-                  "| ---: | ---: | --- | ---: | ---: | ---: |"]
+                  "| rank | stage | what | model | real | model - real | CPU only | "
+                  "residual | real counts |",
+                  "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
         for r in result["rows"]:
             if r["case"] == name:
                 lines.append(f"| {r['rank']} | {r['stage']} | {r['what']} | "
                              f"{r['model_bytes']:,} | {r['real_bytes']:,} | "
-                             f"{r['diff_bytes']:+,} |")
+                             f"{r['diff_bytes']:+,} | {r['cpu_only_bytes']:+,} | "
+                             f"{r['residual_bytes']:+,} | {r['real_scope']} |")
+        acts = [r for r in result["rows"] if r["case"] == name
+                and r["what"] == "activations / microbatch"]
+        lines += ["", "Activation residual against the named model differences (Q and K "
+                  "of a fused wqkv output counted, the RoPE cache not): " + "; ".join(
+                      f"rank {r['rank']}: residual {r['residual_bytes']:+,}, named "
+                      f"{_explained(c, ranks[r['rank']]):+,}, left "
+                      f"{r['residual_bytes'] - _explained(c, ranks[r['rank']]):+,}"
+                      for r in acts) + "."]
         lines += ["", "Real, per rank: parameter dtypes, unsharded (all-gathered bf16) "
                   "parameters at the forward's peak and kept for backward, AdamW `step` "
                   "bytes, saved activations by scope:", ""]
