@@ -4,7 +4,8 @@ The reader's steps, in the order a row goes through them:
 
 1. ``cells``: one CSV cell at a time into a typed value, or a ``RowError`` naming the
    column and the rule;
-2. ``names``: the ``model`` and ``gpu`` columns to a model preset and a hardware preset;
+2. ``names`` and ``model_columns``: the ``model`` and ``gpu`` columns to a model preset
+   and a hardware preset, the model columns over the preset into a ``ModelSpec``;
 3. ``recipes``: the settings the row's source recipe documents (what the table does not
    state: recompute, overlap flags, FP8 recipe, ...);
    Where a Megatron row and its source leave a setting unstated, the current

@@ -27,13 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from primus_ext.presets import hardware_preset, list_presets, model_preset
+from primus_ext.presets import hardware_preset
 from primus_ext.published.cells import RowError, _Row
-from primus_ext.published.gaps import (  # noqa: F401
-    DEFAULT_MICROBATCHES_PER_STAGE, derive_gbs, layout_from_notes, recompute_if_needed)
-from primus_ext.published.names import (  # noqa: F401
-    MODEL_ALIASES, hardware_preset_name, match_model_preset, normalize_model_name)
-from primus_ext.published.contexts import TRAINING_CONTEXT, training_context
+from primus_ext.published.gaps import derive_gbs, layout_from_notes, recompute_if_needed
+from primus_ext.published.model_columns import model_of
+from primus_ext.published.names import hardware_preset_name
 from primus_ext.published.recipes import Recipe, RowFacts, attention_flops_halved, recipe_for
 from primus_ext.published.recompute import read_recompute
 from primus_ext.published.torchtitan import is_torchtitan_row, torchtitan_spec
@@ -43,21 +41,6 @@ from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, Train
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "validation" / "published_runs.csv"
 
 
-# Megatron-LM's GPT defaults (arguments.py): 4*hidden FFN, MHA, GeLU, LayerNorm, biases,
-# learned absolute positions. The MegatronGPT-* rows' stated parameter counts imply untied
-# input/output embeddings (1.7B = 1.48B tied, 1.75B untied).
-GPT_DEFAULTS = {
-    "normalization": "LayerNorm", "activation": "gelu", "add_bias_linear": True,
-    "position_embedding_type": "learned_absolute",
-    "untie_embeddings_and_output_weights": True,
-}
-_GPT_FAMILIES = ("megatrongpt",)
-
-_MODEL_COLUMNS = (("layers", "num_layers"), ("hidden", "hidden_size"),
-                  ("ffn_hidden", "ffn_hidden_size"), ("heads", "num_attention_heads"),
-                  ("kv_heads", "num_query_groups"), ("vocab", "vocab_size"),
-                  ("num_experts", "num_moe_experts"), ("topk", "moe_router_topk"),
-                  ("moe_ffn_hidden", "moe_ffn_hidden_size"))
 _MEASURED = (("tokens_per_s_per_gpu", "measured_tokens_per_s_per_gpu"),
              ("tflops_per_gpu", "measured_tflops_per_gpu"), ("mfu", "measured_mfu"),
              ("step_time_s", "measured_step_time_s"))
@@ -124,7 +107,7 @@ def parse_row(row: Mapping[str, str | None], line: int | None = None) -> Publish
     if row.get("tp") == row.get("pp") == "":  # both columns present and empty
         return _tuned_layout(row, line, base, measured)
     try:
-        model, preset = _model(r, notes)
+        model, preset = model_of(r, notes)
         cluster, hw_name = _cluster(r, notes)
         recipe = _recipe(r, model, preset, cluster.world_size)
         parallel = _parallel(r, model, cluster.world_size, notes, recipe)
@@ -159,71 +142,6 @@ def _tuned_layout(row, line, base: dict, measured: Measured) -> PublishedRun:
         tuple(sorted((k, v or "") for k, v in row.items())), line, parse_row)
     return PublishedRun(**base, spec=spec, error=error, measured=measured,
                         model_preset=preset, hardware_preset=hw, notes=notes)
-
-
-_NO_MTP = re.compile(r"\b(?:w/o|without|no)\s+MTP\b", re.I)
-
-
-def _model(r: _Row, notes: list[str]) -> tuple[ModelSpec, str | None]:
-    name = r.text("model", required=True)
-    preset = match_model_preset(name)
-    norm = normalize_model_name(name)
-    if preset is not None:
-        fields = model_preset(preset)
-        notes.append(f"model {name!r} -> preset {preset}")
-    elif norm.startswith(_GPT_FAMILIES):
-        fields = {"name": norm, **GPT_DEFAULTS}
-        notes.append(f"model {name!r}: no preset; Megatron GPT defaults (4*hidden FFN "
-                     "unless given, MHA unless kv_heads given, GeLU, LayerNorm, biases, "
-                     "learned absolute positions, untied embeddings as the published "
-                     "parameter counts imply)")
-    else:
-        raise r.fail("model", f"{name!r} matches no model preset (normalised {norm!r}; "
-                     f"presets: {', '.join(list_presets('model'))}) and is not a family "
-                     "buildable from the columns alone (MegatronGPT-*)")
-    for column, key in _MODEL_COLUMNS:
-        value = r.int_(column)
-        if value is None:
-            continue
-        if preset is not None and key in fields and fields[key] != value:
-            notes.append(f"{key}={value} from column {column!r} (preset {preset} has "
-                         f"{fields[key]})")
-        fields[key] = value
-    for column, key in (("layers", "num_layers"), ("hidden", "hidden_size"),
-                        ("heads", "num_attention_heads")):
-        if fields.get(key) is None:
-            raise r.fail(column, "is empty and no preset supplies it")
-    if preset is not None and not r.text("vocab") and "vocab_size" in fields:
-        notes.append(f"vocab empty: vocab_size={fields['vocab_size']} from preset {preset}")
-    if fields.get("mtp_num_layers") and _NO_MTP.search(name + " " + r.text("notes")):
-        fields["mtp_num_layers"] = 0
-        notes.append("mtp_num_layers=0 (the row says the run had no MTP layers)")
-    _fill_seq(r, preset, notes)
-    seq = r.int_("seq_len", required=True)
-    if fields.get("position_embedding_type") == "learned_absolute":
-        if fields.get("max_position_embeddings", 0) < seq:
-            fields["max_position_embeddings"] = seq
-            notes.append(f"max_position_embeddings={seq} (learned position table sized to "
-                         "the run's sequence length)")
-    try:
-        return ModelSpec(**fields), preset
-    except ValueError as exc:
-        raise RowError(f"row {r.run_id}: {exc}") from None
-
-
-def _fill_seq(r: _Row, preset: str | None, notes: list[str]) -> None:
-    """An empty seq_len takes the preset's pre-training context (published/contexts.py)."""
-    if r.text("seq_len"):
-        return
-    known = training_context(preset)
-    if known is None:
-        raise r.fail("seq_len", f"is empty and model preset {preset!r} states no "
-                     "training context; give the run's sequence length (presets with one: "
-                     f"{', '.join(sorted(TRAINING_CONTEXT))})")
-    tokens, source = known
-    r.row["seq_len"] = str(tokens)
-    notes.append(f"seq_len empty: {tokens}, the pre-training context of {preset} "
-                 f"({source})")
 
 
 def _recipe(r: _Row, model: ModelSpec, preset: str | None, world: int) -> Recipe:
