@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import platform
 import sys
 from dataclasses import dataclass
 
@@ -64,15 +63,8 @@ def device_info(hw: str) -> dict:
     if torch.cuda.is_available():
         return {"kind": "cuda", "name": torch.cuda.get_device_name(), "hardware": hw,
                 "count": dist.get_world_size(), "clock": "cuda_events"}
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    from primus_ext.measure.device import cpu_name
+    name = cpu_name()
     return {"kind": "cpu", "name": name, "hardware": hw, "count": dist.get_world_size(),
             "threads": torch.get_num_threads(), "clock": "perf_counter"}
 

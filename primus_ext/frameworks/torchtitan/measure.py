@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-import platform
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -114,15 +113,8 @@ def _axes(trainer) -> dict[str, object]:
 
 def device_info(world: int) -> dict:
     import torch
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    from primus_ext.measure.device import cpu_name
+    name = cpu_name()
     return {"kind": "cpu", "name": name, "hardware": "cpu", "count": world,
             "threads": torch.get_num_threads(), "clock": "perf_counter"}
 
