@@ -76,7 +76,8 @@ def render_report(result, overrides: list[str]) -> str:
          f"Model FLOPs: {FORMULA_NAME} (MFU against the dense peak of the run's "
          "precision).",
          "",
-         "Reproduce the projection: `primus-ext mode=project $(cat overrides.txt)`; launch: "
+         "Reproduce the projection: `xargs -d '\\n' -a overrides.txt primus-ext mode=project`; "
+         "launch: "
          f"`{'torchtitan' if spec.framework == 'torchtitan' else 'megatron'}_args.sh`.", ""]
     L += ["## Winner against the baseline", ""]
     base = r.baseline

@@ -9,8 +9,6 @@ search and the report.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import inspect
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -98,23 +96,9 @@ def objective_score(metrics: dict, objective: str) -> float:
 
 
 def _memory_options_with_margin(margin: float):
-    """A MemoryOptions carrying the margin, when the memory model offers one."""
-    opts = None
-    for mod in ("primus_ext.memory.options", "primus_ext.memory.report"):
-        try:
-            opts = getattr(__import__(mod, fromlist=["MemoryOptions"]), "MemoryOptions", None)
-        except ImportError:
-            continue
-        if opts is not None:
-            break
-    if opts is None:
-        return None
-    names = {f.name for f in dataclasses.fields(opts)} if dataclasses.is_dataclass(opts) \
-        else set(inspect.signature(opts).parameters)
-    for name in ("margin_fraction", "margin", "memory_margin", "safety_margin"):
-        if name in names:
-            return opts(**{name: margin})
-    return None
+    """The memory model's options with the tuner's margin on the fit verdict."""
+    from primus_ext.memory.options import MemoryOptions
+    return MemoryOptions(margin_fraction=margin)
 
 
 class Evaluator:
