@@ -12,6 +12,7 @@ from typing import Any, Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from primus_ext.presets import _conf_dir, hardware_preset, list_presets
+from primus_ext.presets.recipe_defaults import fill_unstated_parallel
 from primus_ext.spec import (ClusterSpec, HardwareSpec, ModelSpec, ParallelSpec, RunSpec,
                              TrainSpec)
 
@@ -23,9 +24,6 @@ if not OmegaConf.has_resolver("primus_tp_gt_one"):
     OmegaConf.register_new_resolver(
         "primus_tp_gt_one", lambda tp: isinstance(tp, int) and not isinstance(tp, bool)
         and tp > 1)
-
-SPEC_GROUPS = {"model": ModelSpec, "parallel": ParallelSpec, "train": TrainSpec}
-
 
 def conf_dir() -> Path:
     return _conf_dir()
@@ -82,8 +80,13 @@ def model_from_cfg(cfg: DictConfig) -> ModelSpec:
 
 def spec_from_cfg(cfg: DictConfig) -> RunSpec:
     """Validate the spec part of a composed config (model, parallel, train, cluster)."""
-    parts = {g: (model_from_cfg(cfg) if g == "model" else _build(cls, g, _plain(cfg[g])))
-             for g, cls in SPEC_GROUPS.items()}
+    return spec_and_notes(cfg)[0]
+
+
+def spec_and_notes(cfg: DictConfig) -> tuple[RunSpec, list[str]]:
+    """The RunSpec of a composed config, and a note for every setting the config left
+    unstated (``null``) and the current performance recipes filled
+    (``presets/recipe_defaults.py``)."""
     cluster = dict(_plain(cfg.cluster))
     hw_name = cluster.pop("hardware", None)
     if not isinstance(hw_name, str):
@@ -95,8 +98,14 @@ def spec_from_cfg(cfg: DictConfig) -> RunSpec:
         hw = _build(type(hw), "cluster.hardware_overrides",
                     {**{f.name: getattr(hw, f.name) for f in dataclasses.fields(hw)},
                      **hw_overrides})
-    parts["cluster"] = _build(ClusterSpec, "cluster", {**cluster, "hardware": hw})
-    return RunSpec(**parts, framework=str(cfg.get("framework", "megatron")))
+    te = cfg.train.get("te")
+    parallel, notes = fill_unstated_parallel(
+        _plain(cfg.parallel), te=hw.name != "cpu" if te is None else bool(te))
+    parts = {"model": model_from_cfg(cfg),
+             "parallel": _build(ParallelSpec, "parallel", parallel),
+             "train": _build(TrainSpec, "train", _plain(cfg.train)),
+             "cluster": _build(ClusterSpec, "cluster", {**cluster, "hardware": hw})}
+    return RunSpec(**parts, framework=str(cfg.get("framework", "megatron"))), notes
 
 
 _OWNERS = {HardwareSpec: "hardware"}

@@ -1,14 +1,14 @@
 """mode=memory: per-stage memory of one RunSpec, with a fits verdict."""
 from __future__ import annotations
 
-from primus_ext.config import spec_from_cfg
+from primus_ext.config import spec_and_notes
 from primus_ext.emit.console import gib, print_json, print_table
 from primus_ext.memory.fit_ladder import cheapest_fit
 from primus_ext.memory.report import memory_report
 
 
 def run(cfg) -> dict:
-    spec = spec_from_cfg(cfg)
+    spec, unstated = spec_and_notes(cfg)
     report = memory_report(spec)
     out = report.to_dict()
     out["notes"] = list(report.notes)
@@ -17,6 +17,8 @@ def run(cfg) -> dict:
         out["suggestion"] = cheapest_fit(spec).note
     if cfg.get("layout_note"):
         out["layout_note"] = cfg.layout_note
+    if unstated:
+        out["unstated"] = unstated
     if cfg.get("plot"):
         from primus_ext.emit.plots import plot_memory
         plot_memory(spec, report, cfg.plot)
@@ -39,4 +41,6 @@ def run(cfg) -> dict:
         print(f"note: {out['suggestion']}")
     if cfg.get("layout_note"):
         print(f"note: {cfg.layout_note}")
+    for note in unstated:
+        print(f"note: {note}")
     return out

@@ -5,7 +5,7 @@ import dataclasses
 import json
 import sys
 
-from primus_ext.config import spec_from_cfg
+from primus_ext.config import spec_and_notes
 from primus_ext.emit.console import gib, print_json, print_table
 from primus_ext.project.estimate import project
 from primus_ext.util.files import atomic_write_text, output_path
@@ -33,7 +33,7 @@ def _estimate(cfg, spec, record: bool):
 
 
 def run(cfg) -> dict:
-    spec = spec_from_cfg(cfg)
+    spec, unstated = spec_and_notes(cfg)
     for key in ("trace", "plot"):  # fail before the work, not after it
         if cfg.get(key):
             output_path(cfg[key], key)
@@ -42,6 +42,8 @@ def run(cfg) -> dict:
     out = est.to_dict()
     if cfg.get("layout_note"):
         out["layout_note"] = cfg.layout_note
+    if unstated:
+        out["unstated"] = unstated
     if cfg.get("trace"):
         from primus_ext.project.trace import MAX_EVENTS, to_chrome_trace
         cap = cfg.get("trace_max_events", MAX_EVENTS)
@@ -62,6 +64,8 @@ def run(cfg) -> dict:
         print_estimate(spec, est)
         if cfg.get("layout_note"):
             print(f"note: {cfg.layout_note}")
+        for note in unstated:
+            print(f"note: {note}")
     return out
 
 

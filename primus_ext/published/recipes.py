@@ -80,6 +80,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from primus_ext.presets import recipe_defaults
+
 NVIDIA_PERF_SOURCES = ("NeMo-perf-summary", "NeMo-FW-perf-summary", "MegatronBridge-perf")
 
 
@@ -152,12 +154,6 @@ def recipe_for(f: RowFacts) -> Recipe:
     return rec
 
 
-# Megatron-Bridge performance recipes (github.com/NVIDIA-NeMo/Megatron-Bridge @067f987,
-# src/megatron/bridge/perf_recipes/_common.py ``_benchmark_common`` and ``_perf_precision``;
-# per-model files such as perf_recipes/llama/h100/llama3.py): gradients reduced in BF16
-# (``ddp.grad_reduce_in_fp32 = False``), TP communication overlap with userbuffers
-# whenever TP > 1 (``comm_overlap.tp_comm_overlap_cfg = userbuffers_*``).
-BRIDGE = "Megatron-Bridge perf_recipes/_common.py _benchmark_common"
 
 
 # A row whose notes say pipeline communication overlap was on ("DP/TP/PP comm overlap
@@ -171,8 +167,8 @@ def _current_recipe_gaps(f: RowFacts, rec: Recipe) -> None:
     """Settings a row and its source leave unstated take the values of the current
     performance recipes, not Megatron-LM's flag defaults."""
     if "grad_reduce_in_fp32" not in rec.parallel:
-        rec.set("parallel", "grad_reduce_in_fp32", False,
-                f"not stated; {BRIDGE}: ddp.grad_reduce_in_fp32 = False")
+        rec.set("parallel", "grad_reduce_in_fp32", recipe_defaults.grad_reduce_in_fp32(),
+                f"not stated; {recipe_defaults.GRAD_REDUCE_NOTE}")
     if _PP_OVERLAP_NOTE.search(f.notes) and f.pp > 1 and not f.vp_stated:
         per_stage = f.num_layers // f.pp
         vp = next((v for v in range(2, per_stage + 1) if per_stage % v == 0), None)
@@ -183,8 +179,7 @@ def _current_recipe_gaps(f: RowFacts, rec: Recipe) -> None:
                     "virtual stages): the smallest interleaving the layers divide into")
     if f.tp > 1 and "tp_comm_overlap" not in rec.parallel:
         rec.set("parallel", "tp_comm_overlap", True,
-                "not stated; Megatron-Bridge perf_recipes/llama/h100/llama3.py: "
-                "comm_overlap.tp_comm_overlap_cfg = userbuffers_* when TP > 1")
+                f"not stated; {recipe_defaults.TP_OVERLAP_NOTE}")
 
 
 def _nvidia_perf(f: RowFacts, rec: Recipe) -> None:
