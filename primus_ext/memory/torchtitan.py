@@ -89,6 +89,16 @@ def _block_params(tensors) -> list[tuple[int, int]]:
     return [tuple(v) for v in units.values()]
 
 
+def fsdp_units(spec: RunSpec, stage: int) -> list[tuple[int, int]]:
+    """(dense, expert) elements on this rank per FSDP unit of a stage, in execution
+    order over its chunks."""
+    par = layout_par(spec)
+    units: list[tuple[int, int]] = []
+    for chunk in range(par.vpp):
+        units += _block_params(chunk_param_tensors(spec.model, par, stage, chunk))
+    return units
+
+
 @lru_cache(maxsize=4096)
 def num_param_tensors(model, tensors) -> int:
     """Parameter tensors as torchtitan registers them: megatron-core's list, with the

@@ -96,16 +96,22 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
                           record_events=record_timeline)
     mem = _memory(framework_spec, memory_options, memory_report)
     sync = dp_sync(spec, st)
+    replicas = (0.0,) * spec.parallel.pp
+    if framework_spec.framework == "torchtitan":
+        from primus_ext.project.torchtitan import replica_all_reduce_s
+        bwd = tuple(sum(a) + sum(b) for a, b in zip(st.bwd_input_s, st.bwd_weight_s))
+        replicas = replica_all_reduce_s(framework_spec, bwd)[1]
 
     m = spec.num_microbatches
-    totals = [sched.step_s + sync.exposed_s[s] + sync.optimizer_s[s]
+    totals = [sched.step_s + sync.exposed_s[s] + sync.optimizer_s[s] + replicas[s]
               for s in range(spec.parallel.pp)]
     # The critical stage: the latest to finish; among stages that finish together (the
     # pipeline ties them) the one with the most work of its own, so that the breakdown
     # shows the stage that sets the pace rather than one that waits for it.
     top = max(totals)
     crit = max((s for s in range(len(totals)) if totals[s] >= top * (1 - 1e-6)),
-               key=lambda s: sched.busy_s[s] + sync.exposed_s[s] + sync.optimizer_s[s])
+               key=lambda s: sched.busy_s[s] + sync.exposed_s[s] + sync.optimizer_s[s]
+               + replicas[s])
     step_s = totals[crit]
     comm = st.comm_s[crit]
     breakdown = {
@@ -114,7 +120,8 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
         "tp_comm_s": m * (comm.get("tp", 0.0) + comm.get("etp", 0.0)),
         "cp_comm_s": m * comm.get("cp", 0.0),
         "ep_comm_s": m * comm.get("ep", 0.0),
-        "dp_comm_s": sync.exposed_s[crit] + m * (comm.get("dp", 0.0) + comm.get("edp", 0.0)),
+        "dp_comm_s": sync.exposed_s[crit] + replicas[crit]
+        + m * (comm.get("dp", 0.0) + comm.get("edp", 0.0)),
         "optimizer_s": sync.optimizer_s[crit],
     }
     # The pipeline's idle time and p2p waits on the critical stage close the sum.

@@ -56,8 +56,12 @@ SELECTIVE_MODULES = {
     # torchtitan's op-level SAC (distributed/activation_checkpoint.py SelectiveAC): the
     # ops outside its save list (norms, RoPE, residual adds, the SwiGLU activation) and
     # the second of every two mms: wo, and w3 = the second half of the fused [w1 | w3]
-    # fc1 ("op:<name>" one op, "op:<name>/2" half of it).
-    "torchtitan_sac": {"layernorm", "rope", "bda", "proj", "op:act", "op:fc1/2"},
+    # fc1 ("op:<name>" one op, "op:<name>/2" half of it). Its save list decides per op
+    # which forward collectives the recompute re-issues ("comm:<collective>"): it holds
+    # reduce_scatter_tensor and all_to_all_single, not all_gather_into_tensor nor
+    # all_reduce, so the SP / CP all-gathers and TP's all-reduces run again.
+    "torchtitan_sac": {"layernorm", "rope", "bda", "proj", "op:act", "op:fc1/2",
+                       "comm:all_gather", "comm:all_reduce"},
 }
 ALL = None  # full recompute: every module
 _CACHE: dict = {}
@@ -114,8 +118,12 @@ def _assemble(kind: str, ops: list[OpCost], comms: list[Tagged], recompute: set[
         rec_s += sum(o.fwd_s for o in half) / 2
         rec_flops += sum(o.fwd_flops for o in half) / 2
     out = [c for c, _ in comms]
+    # An op-level policy names the collectives it re-issues; else a recomputed module
+    # re-issues its own.
+    by_op = set() if recompute is ALL else {m[5:] for m in recompute if m.startswith("comm:")}
     for c, mod in comms:
-        if c.phase == "fwd" and (recompute is ALL or mod in recompute):
+        again = recompute is ALL or (c.collective in by_op if by_op else mod in recompute)
+        if c.phase == "fwd" and again:
             out.append(replace(c, name=c.name + ".recompute", phase="bwd"))
     out += [c for c, _ in fsdp]
     return LayerCost(kind=kind, fwd_s=f, bwd_input_s=d, bwd_weight_s=w, recompute_s=rec_s,

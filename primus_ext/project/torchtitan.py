@@ -20,7 +20,10 @@ model and schedule simulator as a megatron-core one, on an equivalent layout:
 - activation checkpointing: ``full`` = every block recomputed whole; ``selective``
   (torchtitan's op-level SAC) recomputes the ops outside its save list (norms, RoPE,
   residual adds, the SwiGLU activation) and every second mm of the block (wo, and w3 as
-  half of the fused fc1); the SP all-gathers it re-issues under TP are not counted;
+  half of the fused fc1), and re-issues the forward collectives its save list does not
+  hold (``_get_default_save_ops`` keeps reduce-scatter and all-to-all outputs): the SP
+  all-gathers of the norm outputs (and CP's K/V all-gather), or TP's all-reduces
+  without SP, run again in the backward;
 - ``train.compile``: fused elementwise kernels (RMSNorm, RoPE, SwiGLU, the loss) instead
   of eager chains of single-op kernels (``train.fused_elementwise``);
 - attention: PyTorch SDPA's flash backend (FlashAttention-2 kernels,
@@ -34,14 +37,23 @@ distributed optimizer (the published-run reader's rule for sharded DP next to a 
 
 HSDP (``dp_replicate > 1``): one replica is costed -- an FSDP2 job on world /
 dp_replicate ranks with the same per-rank work and microbatches, so its FSDP collectives
-span dp_shard * cp ranks; the replicas' gradient all-reduce is not added. (pp > 1 with
-a replica smaller than a node: torchtitan's mesh puts pp outermost, so a replica is not
-contiguous; the FSDP collectives then span all data-parallel ranks.)
+span dp_shard * cp ranks. (pp > 1 with a replica smaller than a node: torchtitan's mesh
+puts pp outermost, so a replica is not contiguous; the FSDP collectives then span all
+data-parallel ranks.) The replicas' gradient all-reduce is added by
+``replica_all_reduce_s``: torchtitan applies ``fully_shard`` with the 2-D mesh
+``["dp_replicate", "fsdp"]`` (``distributed/fsdp.py``), and torch's FSDP2
+(``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``, ``foreach_reduce``)
+all-reduces each unit's reduce-scattered gradient shard (``reduce_dtype`` fp32) over
+the replicate group on its own stream after the unit's reduce-scatter; the backward's
+end waits for them (``FSDPParamGroup._wait_for_post_backward``).
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
+from primus_ext.comm.collectives import collective_s
+from primus_ext.comm.groups import _span, domain_size
+from primus_ext.comm.overlap import exposed_s
 from primus_ext.spec.run import RunSpec
 from primus_ext.spec.torchtitan import SCHEDULE_SIM, canonical_schedule, stage_layer_counts
 
@@ -59,10 +71,14 @@ def view_notes(spec: RunSpec) -> tuple[str, ...]:
         out.append("async TP without sequence parallelism: inductor's micro-pipeline TP "
                    "finds no all-gather / reduce-scatter next to a matmul to overlap")
     if spec.parallel.dp_replicate > 1:
-        how = ("one replica costed (its FSDP2 group of dp_shard*cp ranks); the replicas' "
-               "gradient all-reduce is not modelled" if _replica_cluster(spec) is not None
+        how = ("one replica costed (its FSDP2 group of dp_shard*cp ranks)"
+               if _replica_cluster(spec) is not None
                else "FSDP collectives costed over all data-parallel ranks (a replica is "
-               "not a whole number of nodes); the replicas' all-reduce is not modelled")
+               "not a whole number of nodes)")
+        how += ("; the replicas' all-reduce of every unit's fp32 gradient shard, behind "
+                "the backward, " + ("once per step (PP: gradient sync on the last "
+                                    "microbatch)" if spec.parallel.pp > 1
+                                    else "every microbatch"))
         out.append(f"HSDP (dp_replicate={spec.parallel.dp_replicate}): {how}")
     return tuple(out)
 
@@ -118,3 +134,40 @@ def simulated_view(spec: RunSpec) -> RunSpec:
         train = replace(train, global_batch_size=t.global_batch_size // p.dp_replicate)
     return RunSpec(model=m, parallel=par, train=train, cluster=cluster,
                    framework="megatron")
+
+
+def replica_all_reduce_s(spec: RunSpec, bwd_s: tuple[float, ...]
+                         ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """HSDP's replica all-reduce per stage and step: (seconds, exposed seconds).
+
+    ``spec`` is the torchtitan spec, ``bwd_s`` each stage's backward compute of one
+    microbatch. Per FSDP unit, the fp32 gradient shard (FSDP2 ``reduce_dtype``) is
+    all-reduced over the ``dp_replicate`` ranks, which torchtitan's mesh (``pp,
+    dp_replicate, dp_shard, cp, tp``, tp fastest) places ``dp_shard * cp * tp`` ranks
+    apart. The all-reduces run one after another on FSDP2's all-reduce stream behind the
+    rest of the backward; the last unit's (the first in execution order) starts after
+    the backward's compute and is exposed whole. Without PP every microbatch syncs;
+    under PP only the last (torch.distributed.pipelining ``stage.py`` turns gradient
+    sync off for the others).
+    """
+    from primus_ext.memory.torchtitan import fsdp_sizes, fsdp_units
+    p, c = spec.parallel, spec.cluster
+    n = len(bwd_s)
+    if p.dp_replicate == 1:
+        return (0.0,) * n, (0.0,) * n
+    fsdp, efsdp = fsdp_sizes(spec)
+    layout = (("tp", p.tp), ("cp", p.cp), ("dp_shard", fsdp // p.cp),
+              ("dp_replicate", p.dp_replicate), ("pp", p.pp))
+    span = _span(layout, ("dp_replicate",), c.node_size, domain_size(c), "dp_replicate")
+    hw = c.hardware
+    syncs = 1 if p.pp > 1 else spec.num_microbatches
+    secs, exposed = [], []
+    for stage in range(n):
+        units = fsdp_units(spec, stage)
+        each = [collective_s(hw, span, "all_reduce",
+                             4 * (-(-d // fsdp) + -(-e // efsdp))) for d, e in units]
+        total = sum(each)
+        one = exposed_s(hw, total, bwd_s[stage], tail_s=each[0] if each else 0.0)
+        secs.append(syncs * total)
+        exposed.append(syncs * one)
+    return tuple(secs), tuple(exposed)

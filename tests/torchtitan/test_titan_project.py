@@ -89,9 +89,40 @@ def test_hsdp_costs_one_replica():
     view = simulated_view(hsdp)
     # One replica: a node of 8 ranks, FSDP2 over its 4 dp_shard ranks, same microbatches.
     assert (view.world_size, view.dp, view.num_microbatches) == (8, 4, hsdp.num_microbatches)
-    e_f, e_h = primus_ext.project(fsdp), primus_ext.project(hsdp)
-    assert e_h.breakdown["dp_comm_s"] < e_f.breakdown["dp_comm_s"]
+    e_h, e_r = primus_ext.project(hsdp), primus_ext.project(view)
+    # One replica's FSDP2 traffic stays inside the node: less than FSDP over 16 ranks.
+    assert e_r.breakdown["dp_comm_s"] < primus_ext.project(fsdp).breakdown["dp_comm_s"]
+    # The replicas' all-reduce (FSDP2 foreach_reduce on the 2-D mesh, every microbatch)
+    # comes on top, all of it data-parallel communication.
+    from primus_ext.project.torchtitan import replica_all_reduce_s
+    secs, _ = replica_all_reduce_s(hsdp, (0.0,))
+    extra = e_h.step_time_s - e_r.step_time_s
+    assert 0 < extra < secs[0]
+    assert e_h.breakdown["dp_comm_s"] == pytest.approx(e_r.breakdown["dp_comm_s"] + extra)
     assert any(n.startswith("HSDP (dp_replicate=4): one replica") for n in e_h.notes)
     # Memory: parameters sharded over 4 ranks instead of 16.
     assert primus_ext.memory(hsdp).stages[0].optimizer_bytes > \
         3.9 * primus_ext.memory(fsdp).stages[0].optimizer_bytes
+
+
+@pytest.mark.parametrize("sp", [True, False])
+def test_sac_recompute_reissues_the_collectives_torchtitan_does_not_save(sp):
+    """torchtitan's save list (``_get_default_save_ops``) keeps reduce-scatter outputs and
+    no all-gather / all-reduce (checked against the source in test_titan_act_tensors.py):
+    under SAC with SP the backward runs both SP all-gathers again (attention and FFN
+    inputs) and no reduce-scatter; without SP both TP all-reduces run again."""
+    from primus_ext.project.simulate_backend import simulate_layer_costs
+    spec = simulated_view(primus_ext.compose(
+        BASE + ["parallel.tp=2", f"parallel.sequence_parallel={str(sp).lower()}",
+                "train.activation_checkpoint=selective"]))
+    comms = simulate_layer_costs(spec).kinds["dense"].comms
+    again = sorted((c.collective, c.name.split(".")[0]) for c in comms
+                   if c.name.endswith(".recompute"))
+    # FSDP2's own gathers run outside the checkpointed block (not re-issued).
+    fwd = sorted((c.collective, c.name.split(".")[0]) for c in comms if c.phase == "fwd"
+                 and c.axis == "tp" and c.collective != "reduce_scatter")
+    assert again == fwd and len(again) == 2
+    assert {c for c, _ in again} == ({"all_gather"} if sp else {"all_reduce"})
+    for c in comms:
+        if c.name.endswith(".recompute"):
+            assert c.phase == "bwd"
