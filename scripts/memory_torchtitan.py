@@ -176,44 +176,39 @@ on a GPU, taken from the real records):
 - **Attention.** On this CPU FlexAttention is replaced by SDPA (patches/torchtitan_sdpa.py);
   the CPU's fused SDPA kernel saves the output and the log-sum-exp as flash attention
   does on a GPU (no difference in bytes).
+- **Selective checkpointing** (not run on this page; `tests/torchtitan/
+  test_titan_act_tensors.py` runs torchtitan's `SelectiveAC` on a real block): the CPU's
+  SDPA kernel (`_scaled_dot_product_flash_attention_for_cpu`) is not in torchtitan's save
+  list (`_get_default_save_ops`) while the GPU's flash kernel is, so on this CPU SDPA's
+  output and log-sum-exp are recomputed instead of saved.
 
-Not CPU-only (scope of the measurement, or the model):
+Not CPU-only (the scope of the measurement, and terms the model takes from the source):
 
 - **Gradients in backward are not measured.** The real count is taken after the step:
   the fp32 gradient shards. The model's gradient figure adds the backward's transients
   (one unit's unsharded bf16 gradient and the fp32 copy the reduce-scatter reads; under
   PP the stage's unsharded fp32 gradients accumulated over microbatches), which this
   script does not count; the gradient rows' residual is that term, unverified here.
-- **Attention projections.** torchtitan 0.3.0's llama3 builds separate `wq`, `wk`, `wv`
-  (`models/common/attention.py`, `QKVLinear`): V is its own tensor. The model counts a
-  fused `wqkv` output kept whole (V a view of it), i.e. the Q and K parts once more:
-  `b*s*(heads + kv_heads)/tp*head_dim*2` bytes per block too many.
-- **RoPE cache.** `RoPE` gathers its complex64 cache by position
-  (`models/common/rope.py`, `_reshape_for_broadcast`: shape `(batch, seq, 1,
-  head_dim/2)`), a new tensor each block saves for the backward of the rotation:
-  `b*s*head_dim/2*8` bytes per block the model does not count.
+- **Attention projections.** torchtitan 0.3.0 builds every llama3 with a fused `wqkv`
+  (`models/llama3/__init__.py`, `fuse_qkv=True`), but `FusedQKVLinear.forward`
+  (`models/common/attention.py`, `_split`) copies Q, K and V out of its output
+  (`.contiguous()`), so the fused output is not kept: SDPA keeps the rotated Q and K
+  and the copied V (`TransposeBackward0` rows above). The model counts these three.
+- **RoPE cache.** `ComplexRoPE` gathers its complex64 cache by the batch's positions
+  (`models/common/rope.py`, `_reshape_for_broadcast`; torchtitan's text datasets always
+  yield `positions`), a new `(batch, seq, 1, head_dim/2)` tensor in every block that the
+  rotation's complex product saves (the `no_grad` complex64 row above): `b*s*head_dim/2*8`
+  bytes per block, counted by the model.
+- **Embedding under TP.** torchtitan's vocab-parallel `Embedding.forward`
+  (`models/common/embedding.py`) multiplies its output by the vocab mask cast to the
+  compute dtype; the product saves the mask (`b*s*2` bytes, 384 B in tp2) beside the
+  shifted int64 ids. Counted by the model when `tp > 1`.
 - **The output layer and the loss.** torchtitan's `ChunkedLossWrapper` runs the lm_head
   inside the loss, chunk by chunk, outside the model's forward: the activation count
   (one forward of the model part) holds the final norm but no logits (as the model).
 
-A non-zero "left" after the two named model differences is not accounted for; the
-per-scope figures below locate it.
+A non-zero activation residual is not accounted for; the per-scope figures locate it.
 """
-
-
-def _explained(case: Case, rank: dict) -> int:
-    """The activation residual the two named model differences account for on one rank:
-    blocks * (Q and K of a fused wqkv output - the RoPE cache)."""
-    d = DIMS
-    flags = dict(zip(case.flags[::2], case.flags[1::2]))
-    tp = int(flags.get("--parallelism.tensor_parallel_degree", 1))
-    b = int(flags.get("--parallelism.pipeline_parallel_microbatch_size",
-                      flags["--training.local_batch_size"]))
-    hd = d["hidden_size"] // d["num_attention_heads"]
-    qk = b * SEQ * (d["num_attention_heads"] + d["num_query_groups"]) // tp * hd * 2
-    rope = b * SEQ * hd // 2 * 8
-    blocks = sum(1 for k in rank["activation_by_scope"] if k.startswith("layer."))
-    return blocks * (qk - rope)
 
 
 def main() -> int:
@@ -288,14 +283,6 @@ def _write_doc(result: dict) -> None:
                              f"{r['model_bytes']:,} | {r['real_bytes']:,} | "
                              f"{r['diff_bytes']:+,} | {r['cpu_only_bytes']:+,} | "
                              f"{r['residual_bytes']:+,} | {r['real_scope']} |")
-        acts = [r for r in result["rows"] if r["case"] == name
-                and r["what"] == "activations / microbatch"]
-        lines += ["", "Activation residual against the named model differences (Q and K "
-                  "of a fused wqkv output counted, the RoPE cache not): " + "; ".join(
-                      f"rank {r['rank']}: residual {r['residual_bytes']:+,}, named "
-                      f"{_explained(c, ranks[r['rank']]):+,}, left "
-                      f"{r['residual_bytes'] - _explained(c, ranks[r['rank']]):+,}"
-                      for r in acts) + "."]
         lines += ["", "Real, per rank: parameter dtypes, unsharded (all-gathered bf16) "
                   "parameters at the forward's peak and kept for backward, AdamW `step` "
                   "bytes, saved activations by scope:", ""]
