@@ -71,14 +71,16 @@ def view_notes(spec: RunSpec) -> tuple[str, ...]:
         out.append("async TP without sequence parallelism: inductor's micro-pipeline TP "
                    "finds no all-gather / reduce-scatter next to a matmul to overlap")
     if spec.parallel.dp_replicate > 1:
-        how = ("one replica costed (its FSDP2 group of dp_shard*cp ranks)"
-               if _replica_cluster(spec) is not None
-               else "FSDP collectives costed over all data-parallel ranks (a replica is "
-               "not a whole number of nodes)")
-        how += ("; the replicas' all-reduce of every unit's fp32 gradient shard, behind "
-                "the backward, " + ("once per step (PP: gradient sync on the last "
-                                    "microbatch)" if spec.parallel.pp > 1
-                                    else "every microbatch"))
+        if _replica_cluster(spec) is not None:
+            how = ("one replica costed (its FSDP2 group of dp_shard*cp ranks); the "
+                   "replicas' all-reduce of every unit's fp32 gradient shard, behind the "
+                   "backward, " + ("once per step (PP: gradient sync on the last "
+                                   "microbatch)" if spec.parallel.pp > 1
+                                   else "every microbatch"))
+        else:
+            how = ("FSDP collectives costed over all data-parallel ranks (a replica is "
+                   "not a whole number of nodes): their reduce-scatter stands for the "
+                   "replicas' all-reduce too")
         out.append(f"HSDP (dp_replicate={spec.parallel.dp_replicate}): {how}")
     return tuple(out)
 
@@ -148,12 +150,14 @@ def replica_all_reduce_s(spec: RunSpec, bwd_s: tuple[float, ...]
     rest of the backward; the last unit's (the first in execution order) starts after
     the backward's compute and is exposed whole. Without PP every microbatch syncs;
     under PP only the last (torch.distributed.pipelining ``stage.py`` turns gradient
-    sync off for the others).
+    sync off for the others). Zero when the costed layout already spreads the FSDP
+    collectives over all data-parallel ranks (``simulated_view``: a replica that is not
+    whole nodes), whose reduce-scatter then reduces across the replicas too.
     """
     from primus_ext.memory.torchtitan import fsdp_sizes, fsdp_units
     p, c = spec.parallel, spec.cluster
     n = len(bwd_s)
-    if p.dp_replicate == 1:
+    if p.dp_replicate == 1 or _replica_cluster(spec) is None:
         return (0.0,) * n, (0.0,) * n
     fsdp, efsdp = fsdp_sizes(spec)
     layout = (("tp", p.tp), ("cp", p.cp), ("dp_shard", fsdp // p.cp),
