@@ -161,7 +161,19 @@ def measure_worker(out: str, name: str, quick: bool, repeats: int) -> None:
     from primus_ext.frameworks.megatron.runner import MeasureOptions, measure
     c = next(c for c in configs(quick) if c.name == name)
     opts = MeasureOptions(warmup=2, repeats=repeats, num_microbatches=4, microbench=False)
-    measure(parse_megatron_args(_target_flags(c)), opts).save(out)
+    prof = measure(parse_megatron_args(_target_flags(c)), opts)
+    if int(os.environ.get("RANK", "0")) == 0:
+        prof.save(out)
+
+
+def measure_procs(c: Config) -> int:
+    """Processes of the measurement: the target's tensor-parallel group, on the local
+    ranks (one process otherwise). TP issues ~10 collectives per layer and microbatch
+    between short GEMMs: measured in the run itself they carry what a step pays (rank
+    skew, the transport's share of the cores), which microbenchmark fits do not."""
+    f = list(c.flags)
+    return int(f[f.index("--tensor-model-parallel-size") + 1]) \
+        if "--tensor-model-parallel-size" in f else 1
 
 
 # ---- the driver ----------------------------------------------------------------------
@@ -241,8 +253,10 @@ def main() -> int:
                       flush=True)
                 loads.append((f"round {rnd + 1} measurement {c.name}", _load()))
                 prof_path = str(tmp / f"profile_{c.name}.json")
-                _run([sys.executable, __file__, "--_measure", prof_path, "--_name",
-                      c.name, "--repeats", str(repeats)] + quick, 1800)
+                procs = measure_procs(c)
+                launcher = _torchrun(procs) if procs > 1 else [sys.executable]
+                _run(launcher + [__file__, "--_measure", prof_path, "--_name",
+                                 c.name, "--repeats", str(repeats)] + quick, 1800)
                 fits = []
                 if c.nproc > 1:
                     print(f"round {rnd + 1}/{rounds}: collective microbenchmarks for "

@@ -59,7 +59,8 @@ def _comm(spec: RunSpec, name: str, axis: str, coll: str, nbytes: float, phase: 
     secs = one * times
     exp = times * exposed_s(hw, one, None if window is None else window / times)
     return (CommOp(name=name, axis=axis, collective=coll, num_bytes=int(nbytes * times),
-                   group_size=span.size, phase=phase, seconds=secs, exposed_s=exp), module)
+                   group_size=span.size, phase=phase, seconds=secs, exposed_s=exp,
+                   calls=times), module)
 
 
 def tp_pair(spec: RunSpec, sh: Shapes, ops: dict[str, OpCost], col: list[str], row: str,

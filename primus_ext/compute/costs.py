@@ -25,6 +25,7 @@ class CommOp:
     phase: str  # fwd | bwd
     seconds: float  # cost of the collective alone
     exposed_s: float  # what remains on the critical path after the overlap rule
+    calls: int = 1  # equal calls the op stands for (num_bytes and seconds are their sum)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

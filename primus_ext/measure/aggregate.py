@@ -61,9 +61,13 @@ def _collectives(spec: RunSpec, records, n_layers: dict[str, int], samples: int,
                  ) -> tuple[list[CollectiveSeen], dict[str, dict[str, dict[str, float]]]]:
     """Collectives seen per kind; and their seconds per layer per microbatch by
     kind -> axis -> phase. ``timed_records`` (a step traced with device syncs, on CUDA)
-    gives the seconds when the plain records only hold launch times."""
+    gives the seconds when the plain records only hold launch times. Otherwise (the
+    host's clock, a CPU) each kind's collective seconds are the time the rank was blocked
+    in them (an async op overlapped with a GEMM counts its ``wait()`` only), as the mean
+    per call (what a step pays), and ``CollectiveSeen.blocked_s`` keeps it per call."""
     groups: dict[tuple, list] = defaultdict(list)
     secs_of: dict[tuple, list] = defaultdict(list)
+    blocked_of: dict[tuple, list] = defaultdict(list)
     comm_s: dict = defaultdict(lambda: defaultdict(lambda: {"fwd": 0.0, "bwd": 0.0}))
     cp = spec.parallel.cp
 
@@ -77,6 +81,8 @@ def _collectives(spec: RunSpec, records, n_layers: dict[str, int], samples: int,
         nbytes = r.out_bytes if _BYTES_SIDE.get(r.collective) == "out" else r.in_bytes
         groups[key_of(r)].append(nbytes)
         secs_of[key_of(r)].append((nbytes, r.seconds))
+        if r.blocked_s is not None:
+            blocked_of[key_of(r)].append((nbytes, r.blocked_s))
     if timed_records:
         secs_of = defaultdict(list)
         for r in timed_records:
@@ -90,12 +96,14 @@ def _collectives(spec: RunSpec, records, n_layers: dict[str, int], samples: int,
             cls = [x for x in xs if lo <= x <= hi]
             count = len(cls) / per
             secs = _median([t for b, t in secs_of.get(key, []) if lo <= b <= hi] or [0.0])
+            held = [t for b, t in blocked_of.get(key, []) if lo <= b <= hi]
+            blocked = sum(held) / len(held) if held and not timed_records else None
             seen.append(CollectiveSeen(kind=kind, part=part, op=op, collective=coll,
                                        axis=axis, phase=phase, group_size=size,
                                        num_bytes=sum(cls) / len(cls), count=count,
-                                       seconds=secs, dtype=dtype))
+                                       seconds=secs, dtype=dtype, blocked_s=blocked))
             if kind != "step" and phase in ("fwd", "bwd"):
-                comm_s[kind][axis][phase] += count * secs
+                comm_s[kind][axis][phase] += count * (secs if blocked is None else blocked)
     return seen, {k: {a: dict(v) for a, v in d.items()} for k, d in comm_s.items()}
 
 
@@ -124,7 +132,8 @@ def _mean_over_ranks(values: dict[str, int]) -> dict[str, int]:
 
 def _gather_collectives(seen: list[CollectiveSeen]) -> list[CollectiveSeen]:
     """Mean bytes and counts over ranks (routing makes MoE all-to-all sizes differ per
-    rank; the mean over ranks is exact), the slowest rank's seconds."""
+    rank; the mean over ranks is exact), the slowest rank's seconds, the mean blocked
+    time (``_mean_comm`` takes the same mean of the seconds inside the layers)."""
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, [dataclasses.asdict(c) for c in seen])
     by: dict[tuple, list[dict]] = defaultdict(list)
@@ -142,7 +151,24 @@ def _gather_collectives(seen: list[CollectiveSeen]) -> list[CollectiveSeen]:
                 sum(r["count"] for r in cls), 1e-12)
             base["count"] = sum(r["count"] for r in cls) / n
             base["seconds"] = max(r["seconds"] for r in cls)
+            held = [r.get("blocked_s") for r in cls]
+            base["blocked_s"] = None if None in held else sum(held) / len(held)
             out.append(CollectiveSeen(**base))
+    return out
+
+
+def _mean_comm(comm_s: dict[str, dict[str, dict[str, float]]]) -> dict:
+    """kind -> axis -> phase collective seconds, the mean over ranks (the rank that
+    reaches a collective first waits in it, the other computes meanwhile)."""
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, comm_s)
+    out: dict = {}
+    for rank in everyone:
+        for kind, axes in rank.items():
+            for axis, phases in axes.items():
+                d = out.setdefault(kind, {}).setdefault(axis, {"fwd": 0.0, "bwd": 0.0})
+                for ph, v in phases.items():
+                    d[ph] = d.get(ph, 0.0) + v / len(everyone)
     return out
 
 
@@ -160,13 +186,16 @@ def _gather_max(local: dict[str, dict]) -> tuple[dict[str, dict], list[dict]]:
     return merged, everyone
 
 
-def _part_comm(spec: RunSpec, records, n_layers: dict[str, int], samples: int
-               ) -> dict[tuple[str, str, str], float]:
-    """Collective seconds per (kind, part, phase), per layer per microbatch."""
+def _part_comm(spec: RunSpec, records, n_layers: dict[str, int], samples: int,
+               blocked: bool = False) -> dict[tuple[str, str, str], float]:
+    """Collective seconds per (kind, part, phase), per layer per microbatch (``blocked``:
+    the time the rank was blocked in them, as ``_collectives`` takes it on the host
+    clock)."""
     out: dict[tuple[str, str, str], float] = defaultdict(float)
     for r in records:
         kind, part = _kind_of(spec, r.scope)
         if kind == "step" or r.phase not in ("fwd", "bwd"):
             continue
-        out[(kind, part, r.phase)] += r.seconds / (max(n_layers.get(kind, 1), 1) * samples)
+        t = r.blocked_s if blocked and r.blocked_s is not None else r.seconds
+        out[(kind, part, r.phase)] += t / (max(n_layers.get(kind, 1), 1) * samples)
     return dict(out)

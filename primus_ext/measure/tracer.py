@@ -9,7 +9,12 @@ p2p op inside it is recorded.
 
 Each record carries op, bytes (input and output as torch sees them), the group (ranks,
 size, and the parallel axis it was registered under), wall seconds, and the scope
-(layer, phase) the timing hooks say is running. Async ops are timed to their ``wait()``.
+(layer, phase) the timing hooks say is running. Async ops are timed to their ``wait()``;
+``blocked_s`` is the part of that the calling thread spent inside the call and the
+``wait()`` (all of it for a synchronous op): megatron-core overlaps the async ones with
+a GEMM (the SP input all-gather for wgrad and the dgrad reduce-scatter in
+``tensor_parallel/layers.py``, ``LinearWithGradAccumulationAndAsyncCommunication``), so
+only the blocked part sits on the rank's critical path.
 """
 from __future__ import annotations
 
@@ -53,6 +58,7 @@ class CollectiveRecord:
     phase: str  # fwd | bwd | step
     async_op: bool
     dtype: str = ""  # of the payload ("bfloat16"; fp32 routing weights, int64 counts)
+    blocked_s: float | None = None  # the caller held in the call + wait (None: unknown)
 
     @property
     def group_size(self) -> int:
@@ -106,10 +112,11 @@ class _TimedWork:
         self._done = False
 
     def wait(self, *args, **kwargs):
+        t0 = time.perf_counter()
         out = self._work.wait(*args, **kwargs)
         if not self._done:
             self._done = True
-            self._on_done()
+            self._on_done(time.perf_counter() - t0)
         return out
 
     def __getattr__(self, name):
@@ -174,6 +181,7 @@ class CollectiveTracer:
             tracer.sync_fn()
             t0 = time.perf_counter()
             work = fn(*args, **kwargs)
+            issue_s = time.perf_counter() - t0
             # Recorded at issue (an async op inside a coalescing manager is never waited
             # on by itself); the time is filled in when the op completes.
             idx = len(tracer.records)
@@ -182,9 +190,10 @@ class CollectiveTracer:
                 group_ranks=ranks, axis=axis, seconds=0.0, scope=scope, phase=phase,
                 async_op=async_op, dtype=_dtype_of(args, kwargs)))
 
-            def done():
+            def done(wait_s: float | None = None):
                 tracer.sync_fn()
-                tracer._set_seconds(idx, time.perf_counter() - t0)
+                secs = time.perf_counter() - t0
+                tracer._set_seconds(idx, secs, secs if wait_s is None else issue_s + wait_s)
 
             if async_op and work is not None:
                 return _TimedWork(work, done)
@@ -205,6 +214,7 @@ class CollectiveTracer:
         in_b = sum(_nbytes(p.tensor) for p in sends)
         out_b = sum(_nbytes(p.tensor) for p in recvs)
         pending = [len(works)]
+        blocked = [time.perf_counter() - t0]  # the issue, then each wait
         idx = len(self.records)
         self.records.append(CollectiveRecord(
             op="batch_isend_irecv", collective="p2p", in_bytes=in_b, out_bytes=out_b,
@@ -213,17 +223,19 @@ class CollectiveTracer:
             dtype=str(p2p_op_list[0].tensor.dtype).replace("torch.", "") if p2p_op_list
             else ""))
 
-        def done():
+        def done(wait_s: float = 0.0):
             pending[0] -= 1
+            blocked[0] += wait_s
             if pending[0] == 0:
-                self._set_seconds(idx, time.perf_counter() - t0)
+                self._set_seconds(idx, time.perf_counter() - t0, blocked[0])
         if not works:
             return works
         return [_TimedWork(w, done) for w in works]
 
-    def _set_seconds(self, idx: int, seconds: float) -> None:
+    def _set_seconds(self, idx: int, seconds: float, blocked_s: float) -> None:
         if idx < len(self.records):  # the list may have been cleared in between
-            self.records[idx] = dataclasses.replace(self.records[idx], seconds=seconds)
+            self.records[idx] = dataclasses.replace(self.records[idx], seconds=seconds,
+                                                    blocked_s=min(blocked_s, seconds))
 
     def install(self) -> list[str]:
         """Wrap the torch.distributed functions (idempotent). Returns the names."""

@@ -84,15 +84,19 @@ def _on(spec: RunSpec, hw_name: str) -> RunSpec:
 
 
 # ---- collectives -------------------------------------------------------------------------
-def _fit_for(profile: Profile, spec: RunSpec, op: CommOp) -> CommFit | None:
+def _in_measured_tier(profile: Profile, spec: RunSpec, op: CommOp) -> bool:
+    """Same hardware, and the op's group inside one scale-up domain of the target."""
     if not same_hardware(profile, spec) or op.axis in ("pp",):
-        return None
+        return False
     axis = {"dp": "dp_cp"}.get(op.axis, op.axis)
     try:
-        span = group_span(spec, axis)
+        return group_span(spec, axis).intra_domain
     except ValueError:
-        return None
-    if not span.intra_domain:
+        return False
+
+
+def _fit_for(profile: Profile, spec: RunSpec, op: CommOp) -> CommFit | None:
+    if not _in_measured_tier(profile, spec, op):
         return None
     for f in profile.comm_fits:
         if f.collective == op.collective and f.group_size == op.group_size:
@@ -100,21 +104,65 @@ def _fit_for(profile: Profile, spec: RunSpec, op: CommOp) -> CommFit | None:
     return None
 
 
-def _recost(profile: Profile, spec: RunSpec, ops: tuple[CommOp, ...]
-            ) -> tuple[tuple[CommOp, ...], int]:
-    out, fitted = [], 0
+# A traced call stands in for a target op of the same collective, axis, group size and
+# phase whose bytes differ by at most this fraction (the comm model and the tracer count
+# the same buffer; see profile.py).
+IN_SITU_BYTES_TOL = 0.02
+
+
+def _in_situ(profile: Profile, op: CommOp, kind: str | None = None
+             ) -> tuple[float, float] | None:
+    """(seconds, exposed seconds) of ``op`` as the measured run issued it inside its
+    layers (in layer kind ``kind`` if it did there, else count-weighted over the kinds
+    that issued it), or None if it never did. Timed in the run itself, between the layer's real compute on the local ranks, a call
+    carries what a step pays there: the rank skew of the compute before it, the
+    transport's share of the cores, and, for an async call overlapped with a GEMM, the
+    part the overlap left exposed (its ``blocked_s``), none of which a microbenchmark
+    fit holds (docs/cpu-proof.md)."""
+    per_call = op.num_bytes / op.calls
+    own = _in_situ_of([c for c in profile.collectives if c.kind == kind], op, per_call)
+    return own if own is not None else _in_situ_of(profile.collectives, op, per_call)
+
+
+def _in_situ_of(seen, op: CommOp, per_call: float) -> tuple[float, float] | None:
+    num = held = den = 0.0
+    for c in seen:
+        if c.kind == "step" or c.seconds <= 0 or c.blocked_s is None or \
+                c.collective != op.collective or c.group_size != op.group_size or \
+                c.phase != op.phase or c.axis != op.axis or \
+                abs(c.num_bytes - per_call) > IN_SITU_BYTES_TOL * per_call:
+            continue
+        # ``seconds`` is the median call, ``blocked_s`` the mean: a synchronous call is
+        # blocked for all of its time, so the mean call lasts at least ``blocked_s``.
+        num += c.count * max(c.seconds, c.blocked_s)
+        held += c.count * c.blocked_s
+        den += c.count
+    return (op.calls * num / den, op.calls * held / den) if den > 0 else None
+
+
+def _recost(profile: Profile, spec: RunSpec, ops: tuple[CommOp, ...],
+            kind: str | None = None) -> tuple[tuple[CommOp, ...], int]:
+    out, in_situ = [], 0
     for op in ops:
-        fit = _fit_for(profile, spec, op)
-        if fit is None or op.seconds <= 0:
+        if op.seconds <= 0 or not _in_measured_tier(profile, spec, op):
             out.append(op)
             continue
-        # A CP ring sends cp-1 equal steps; everything else is one call per op.
-        steps = op.group_size - 1 if op.collective == "p2p" else 1
-        secs = steps * fit.seconds(op.num_bytes / steps)
-        exposed = secs if op.exposed_s >= op.seconds else op.exposed_s * secs / op.seconds
-        out.append(dataclasses.replace(op, seconds=secs, exposed_s=exposed))
-        fitted += 1
-    return tuple(out), fitted
+        # A CP ring sends cp-1 equal steps; otherwise the op's own calls.
+        steps = op.group_size - 1 if op.collective == "p2p" else op.calls
+        seen = _in_situ(profile, op, kind) if op.collective != "p2p" else None
+        fit = _fit_for(profile, spec, op) if seen is None else None
+        if seen is None and fit is None:
+            out.append(op)
+            continue
+        if seen is not None:
+            secs, exposed = seen
+            in_situ += 1
+        else:
+            secs = steps * fit.seconds(op.num_bytes / steps)
+            exposed = secs if op.exposed_s >= op.seconds else \
+                op.exposed_s * secs / op.seconds
+        out.append(dataclasses.replace(op, seconds=secs, exposed_s=min(exposed, secs)))
+    return tuple(out), in_situ
 
 
 # ---- the measured path ---------------------------------------------------------------------
@@ -197,7 +245,7 @@ def _measured_kind(profile: Profile, target: RunSpec, meas: RunSpec, name: str,
             sim.recompute_s * _ratio(fwd_c, sim.fwd_s)
     else:
         rec = 0.0
-    comms, _ = _recost(profile, target, sim.comms)
+    comms, _ = _recost(profile, target, sim.comms, base)
     return dataclasses.replace(sim, fwd_s=fwd_c, bwd_input_s=bwd_c * (1 - w_frac),
                                bwd_weight_s=bwd_c * w_frac, recompute_s=rec, comms=comms)
 
@@ -261,7 +309,7 @@ def layer_costs_from_profile(profile: Profile, target_spec: RunSpec) -> LayerCos
     rules: list[str] = []
     kinds: dict[str, LayerCost] = {}
     measured, simulated = [], []
-    fitted = 0
+    fitted = in_situ = 0
     for name, lc in sim.kinds.items():
         got = _measured_kind(profile, target_spec, meas, name, lc, rules)
         if got is None:
@@ -270,6 +318,7 @@ def layer_costs_from_profile(profile: Profile, target_spec: RunSpec) -> LayerCos
         else:
             measured.append(name)
         fitted += sum(1 for a, b in zip(got.comms, lc.comms) if a.seconds != b.seconds)
+        in_situ += _recost(profile, target_spec, lc.comms, _base(name))[1]
         kinds[name] = got
     notes = [f"hybrid: measured on {profile.device.get('name')} ({profile.hardware}), "
              f"profile {profile.created}",
@@ -278,8 +327,9 @@ def layer_costs_from_profile(profile: Profile, target_spec: RunSpec) -> LayerCos
              "constants fitted to the profile)" + (
                  f"; kinds from the simulate backend scaled by the measured/simulated "
                  f"ratio: {', '.join(simulated)}" if simulated else ""),
-             f"collectives: {fitted} in-layer ops costed with microbenchmark fits, the "
-             "rest with the comm model"]
+             f"collectives: {fitted} in-layer ops costed on the measured machine "
+             f"({in_situ} with their in-situ times from the measured run, the others with "
+             "microbenchmark fits), the rest with the comm model"]
     notes += sorted(set(rules))
     return LayerCosts(kinds=kinds, decoder_kinds=sim.decoder_kinds,
                       source=f"profile:{profile.created}", notes=tuple(notes))

@@ -34,9 +34,16 @@ class CollectiveSeen:
     count: float  # calls per layer per microbatch (per step for kind 'step')
     seconds: float  # median per call on the measuring devices
     dtype: str = ""  # payload dtype (activations; fp32 routing weights; int64 counts)
+    # Mean per call of the time a rank was blocked in it (the call and its wait(); an
+    # async op overlapped with a GEMM blocks for less than ``seconds``), measured on the
+    # host clock in the run itself; None where unknown (device-timed runs).
+    blocked_s: float | None = None
 
     def __post_init__(self) -> None:
         check_types(self, "profile.collectives[i]")
+        if self.blocked_s is not None and self.blocked_s < 0:
+            raise ValueError(f"profile.collectives[i].blocked_s={self.blocked_s!r} must "
+                             "be non-negative")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

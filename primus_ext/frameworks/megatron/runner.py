@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from primus_ext.measure.aggregate import _collectives, _gather_collectives, _gather_max, \
-    _mean_over_ranks, _part_comm, _timings
+    _mean_comm, _mean_over_ranks, _part_comm, _timings
 from primus_ext.frameworks.megatron.build import build, init_distributed, prepare_runtime, teardown
 from primus_ext.measure.downscale import Downscaled, downscale
 from primus_ext.measure.hooks import LayerTimer, _median
@@ -130,6 +130,7 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
                                 synced)
     merged, _ = _gather_max(local)
     seen = _gather_collectives(seen)
+    comm_s = _mean_comm(comm_s)
     num_params = sum(p.numel() for c in built.model for p in c.parameters())
     # megatron-core tags expert parameters with allreduce=False.
     num_expert = sum(p.numel() for c in built.model for p in c.parameters()
@@ -197,7 +198,8 @@ def _time_parts(built, iters, m: int, opts: MeasureOptions, spec: RunSpec,
     _, records = _run_steps(built, timer, iters, m, 1, reps)
     parts = _timings(spec, timer)
     timer.detach()
-    comm = _part_comm(spec, records, {k: v["n_layers"] for k, v in parts.items()}, reps * m)
+    comm = _part_comm(spec, records, {k: v["n_layers"] for k, v in parts.items()}, reps * m,
+                      blocked=not torch.cuda.is_available())
     for kind, d in parts.items():
         if kind not in local:
             continue
