@@ -79,6 +79,39 @@ def test_measured_collective_time_is_taken_out_and_recosted():
     assert ag.seconds == pytest.approx(1e-4 + ag.num_bytes / 1e9)
 
 
+def _seen(op, *, kind="dense", count=2.0, seconds=5e-4, blocked=8e-4):
+    from primus_ext.project.profile import CollectiveSeen
+    return CollectiveSeen(kind=kind, part="layer", op="x", collective=op.collective,
+                          axis=op.axis, phase=op.phase, group_size=op.group_size,
+                          num_bytes=op.num_bytes / op.calls, count=count, seconds=seconds,
+                          blocked_s=blocked)
+
+
+def test_collectives_the_measured_run_issued_use_their_in_situ_times():
+    target = S.run(S.tiny(), hw="cpu", gpn=2, tp=2, sequence_parallel=True,
+                   train={"seq_length": 256, "global_batch_size": 8})
+    sim = simulate_layer_costs(target)
+    ops = {o.name: o for o in sim.kinds["dense"].comms}
+    ag, ag_w = ops["attn.tp_all_gather"], ops["attn.tp_all_gather_wgrad_input"]
+    ce = next(o for o in sim.kinds["output"].comms if o.calls > 1)
+    fits = [_fit(c, 1e-4, 1.0) for c in ("all_gather", "reduce_scatter", "all_reduce")]
+    prof = dataclasses.replace(profile_for(target, local=2, fits=fits), collectives=(
+        _seen(ag),  # a blocking call: mean 0.8 ms, median 0.5 ms
+        _seen(ag_w, count=4.0, seconds=2e-3, blocked=3e-4),  # async, overlapped
+        _seen(ce, kind="output", count=3.0, seconds=4e-4, blocked=6e-4)))
+    costs = layer_costs_from_profile(prof, target)
+    got = {o.name: o for o in costs.kinds["dense"].comms}
+    assert (got[ag.name].seconds, got[ag.name].exposed_s) == pytest.approx((8e-4, 8e-4))
+    assert (got[ag_w.name].seconds, got[ag_w.name].exposed_s) == pytest.approx((2e-3, 3e-4))
+    out = {o.name: o for o in costs.kinds["output"].comms}
+    # Three calls of one per-call size (the cross-entropy's max, logit, sum-exp).
+    assert out[ce.name].exposed_s == pytest.approx(3 * 6e-4)
+    # A size the run never issued (the reduce-scatters here) falls back to the fit.
+    rs = got["attn.tp_reduce_scatter"]
+    assert rs.seconds == pytest.approx(1e-4 + rs.num_bytes / 1e9)
+    assert any("with their in-situ times" in n for n in costs.notes)
+
+
 def test_contention_applies_when_the_target_keeps_cores_busy():
     one = S.run(S.tiny(), hw="cpu", gpn=1, train={"seq_length": 256, "global_batch_size": 8})
     two = S.run(S.tiny(), hw="cpu", gpn=2, train={"seq_length": 256, "global_batch_size": 8})

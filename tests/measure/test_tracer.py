@@ -75,3 +75,39 @@ def test_size_classes_split_tokens_from_routing_weights():
     sizes = [262144, 250000, 270000, 1024, 990, 1100]
     assert _size_classes(sizes) == [(990, 1100), (250000, 270000)]
     assert _size_classes([5, 6, 7]) == [(5, 7)]
+
+
+def test_blocked_time_leaves_out_the_work_between_issue_and_wait(tracer):
+    import time
+    x = torch.ones(64)
+    dist.all_reduce(x)
+    work = dist.all_reduce(x, async_op=True)
+    time.sleep(0.05)  # what megatron-core overlaps with the call: a GEMM
+    work.wait()
+    sync, overlapped = tracer.records
+    assert sync.blocked_s == sync.seconds
+    assert overlapped.seconds - overlapped.blocked_s >= 0.05
+
+
+def test_layer_collective_seconds_are_the_mean_blocked_time():
+    from primus_ext.measure.aggregate import _collectives
+    from primus_ext.measure.tracer import CollectiveRecord
+    import importlib.util
+    import pathlib
+    where = importlib.util.spec_from_file_location(
+        "measure_specs", pathlib.Path(__file__).with_name("specs.py"))
+    S = importlib.util.module_from_spec(where)
+    where.loader.exec_module(S)
+    spec = S.run(S.tiny(), hw="cpu", gpn=2, tp=2, sequence_parallel=True)
+
+    def rec(secs, blocked, async_op):
+        return CollectiveRecord(op="all_gather_into_tensor", collective="all_gather",
+                                in_bytes=64, out_bytes=128, group_ranks=(0, 1), axis="tp",
+                                seconds=secs, scope="layer.0", phase="bwd",
+                                async_op=async_op, blocked_s=blocked)
+    records = [rec(0.004, 0.001, True), rec(0.002, 0.002, False), rec(0.009, 0.009, False)]
+    seen, comm_s = _collectives(spec, records, {"dense": 1}, samples=1, steps=1)
+    assert comm_s["dense"]["tp"]["bwd"] == pytest.approx(0.012)
+    (ag,) = seen
+    assert ag.count == 3 and ag.seconds == pytest.approx(0.004)
+    assert ag.blocked_s == pytest.approx(0.004)
