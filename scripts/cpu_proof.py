@@ -1,12 +1,13 @@
 #!/usr/bin/env python
-"""CPU proof of the hybrid projection: measure once in one process, project, run for real.
+"""CPU proof of the hybrid projection: measure once, project, run for real.
 
 This machine is the "cluster" (hardware preset ``cpu``, one node, one rank per core,
 gloo, one thread per process). For every target in turn, and all of it ``--rounds``
 times, the script
 
-1. measures, in ONE process, the target's downscaled megatron-core run (the downscaler
-   keeps each rank's shapes);
+1. measures the target's downscaled megatron-core run (the downscaler keeps each rank's
+   shapes) in ONE process, or a target with tensor parallelism on its TP ranks (its
+   in-layer collectives then timed in the run itself);
 2. for a multi-process target, benchmarks the collectives between two processes (the
    comm tier of this "node"; each call after a burst of compute, as inside a layer) and
    fits them to alpha-beta;

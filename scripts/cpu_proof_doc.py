@@ -17,14 +17,28 @@ NOTES = """## Where the errors come from
   the table holds medians over rounds; the per-round figures show the spread. Pairs in
   one process agree: the 2-layer measured model and the 16-layer real model timed in
   alternation gave 28.6 and 28.7 ms per layer.
-- **Collectives in situ (tp2, ep2).** A real TP2 step issues 216 all-gathers, 144
-  reduce-scatters and 26 all-reduces, the counts the comm model lists, at 1.09, 1.61 and
-  1.23 ms per call on average; microbenchmark sweeps of the same sizes, each call after
-  2 ms of compute, fit 0.5 to 3.0 ms depending on the minute. Two ranks reach a collective
-  as far apart as the jitter of the compute before it: a 131 KB all-gather after 12 ms
-  of identical compute on both ranks averaged 0.6 to 5.8 ms over three sweeps. Alpha-beta
-  fits cannot carry that, and TP2 (10 collectives per layer and microbatch) and EP2 (7)
-  carry the error. The microbenchmarks take the mean call (a step pays the slow ones).
+- **Collectives in situ (tp2).** TP2 with SP issues 10 collectives per layer and
+  microbatch (4 in forward, 6 in backward) of 131 KB each, between GEMMs of about 1 ms.
+  Costed from microbenchmark fits (each call after 2 ms of compute) the projection came
+  out 9-30% low (a 22.7% median on the previous page), for three reasons the run itself
+  shows: the fits move with the minute (alpha 0.4 to 2.6 ms between runs, 30-50% max
+  error), two ranks reach a collective as far apart as the jitter of the compute before
+  it, and the comm model takes megatron-core's async backward pair (the SP input
+  all-gather for wgrad and the dgrad reduce-scatter, overlapped with a GEMM in
+  `LinearWithGradAccumulationAndAsyncCommunication`) as 90% hidden, while on a CPU
+  gloo's thread competes with that GEMM for the cores: measured, the dense layer's 4
+  backward all-gathers (2 of them async) blocked their rank 0.71 ms per call on average
+  and its 2 reduce-scatters (1 async) 0.80 ms, so the async ones hide almost nothing.
+  The cross-entropy's 3 all-reduces were also costed as one call. So a TP target is
+  now measured on its TP ranks, and every collective the run issued inside its layers
+  is costed at the time it held each rank there (the mean over calls and ranks of the
+  call plus its `wait()`; `CollectiveSeen.blocked_s`), the layer's compute being its
+  time minus that; fits only cost sizes the run did not issue. With the same shapes the
+  projected layer is then the measured one: in that run 9.0 ms forward (4.15 ms of it
+  blocked in collectives) and 12.0 ms backward (4.45 ms).
+- **EP stays measured in one process (ep2).** Measured on its 2 EP ranks the same way,
+  ep2 came out 17%, 9% and 10% low in three rounds (the one-process measurement with
+  fits and the routing imbalance is the one on this page).
 - **MoE over gloo on a CPU (ep2).** megatron-core's alltoall dispatcher issues 6
   all-to-alls and 1 all-gather per MoE layer and microbatch (tokens and routing weights
   each way, token counts before the dispatch; the comm model now lists all seven, checked
@@ -48,16 +62,19 @@ def write_doc(results: dict) -> None:
              "results are in `docs/cpu-proof.json` (`--render` rewrites this page from "
              "them).", "",
              "This machine is the cluster: hardware preset `cpu`, one node, one rank per "
-             "core, gloo, one thread per process. For every target in turn, one process "
-             f"measured its downscaled megatron-core run ({repeats} timed steps of "
+             "core, gloo, one thread per process. For every target in turn, its "
+             f"downscaled megatron-core run was measured ({repeats} timed steps of "
              "per-layer forward/backward times by hooks, the routing of the MoE layers, "
-             "the contention of a busy node, the optimizer step); for a multi-process "
-             "target two processes then benchmarked the collectives, each call after 2 ms "
-             "of compute (alpha-beta fits of the mean call, used for the in-layer "
-             "collectives and "
-             "fitted into the `cpu` preset's scale-up tier for the data-parallel sync and "
-             "the pipeline p2p); the target was projected from that profile and run for "
-             "real with `launch/pretrain_gpt.py` right after "
+             "the optimizer step): a target with tensor parallelism on its 2 TP ranks, as "
+             "`torchrun --nproc-per-node 2 launch/pretrain_gpt.py ... --project-only` "
+             "measures it (every collective inside the layers timed in the run itself), "
+             "any other in one process (with the contention of a busy node); for a "
+             "multi-process target two processes then benchmarked the collectives, each "
+             "call after 2 ms of compute (alpha-beta fits of the mean call, used for the "
+             "in-layer collectives the measured run did not issue, and fitted into the "
+             "`cpu` preset's scale-up tier for the data-parallel sync and the pipeline "
+             "p2p); the target was projected from that profile and run for real with "
+             "`launch/pretrain_gpt.py` right after "
              f"({iters} iterations; the median of the steady-state steps, after the first "
              f"two). All of it {rounds} time(s): the table shows the median over rounds "
              "of the projection and of the measured step.",

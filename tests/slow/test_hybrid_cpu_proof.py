@@ -1,6 +1,6 @@
-"""The CPU proof end to end at a small scale: measure once in one process, project, run
-for real (``scripts/cpu_proof.py --quick``), and check the projection is the right order
-of magnitude. The bound is loose on purpose: the machine is shared and a busy neighbour
+"""The CPU proof end to end at a small scale: measure once (a TP target on its TP ranks),
+project, run for real (``scripts/cpu_proof.py --quick``), and check the projection is
+the right order of magnitude. The bound is loose on purpose: the machine is shared and a busy neighbour
 during a real run shows up as error (the accuracy itself is reported, not asserted, by
 ``scripts/cpu_proof.py --write`` in docs/cpu-proof.md). MoE over gloo waits on its peer
 at every all-to-all, which a loaded machine stretches most: its bound is wider.
