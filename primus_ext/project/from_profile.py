@@ -114,11 +114,11 @@ def _in_situ(profile: Profile, op: CommOp, kind: str | None = None
              ) -> tuple[float, float] | None:
     """(seconds, exposed seconds) of ``op`` as the measured run issued it inside its
     layers (in layer kind ``kind`` if it did there, else count-weighted over the kinds
-    that issued it), or None if it never did. Timed in the run itself, between the layer's real compute on the local ranks, a call
-    carries what a step pays there: the rank skew of the compute before it, the
-    transport's share of the cores, and, for an async call overlapped with a GEMM, the
-    part the overlap left exposed (its ``blocked_s``), none of which a microbenchmark
-    fit holds (docs/cpu-proof.md)."""
+    that issued it), or None if it never did. Timed in the run itself, between the
+    layer's real compute on the local ranks, a call carries what a step pays there: the
+    rank skew of the compute before it, the transport's share of the cores, and, for an
+    async call overlapped with a GEMM, the part the overlap left exposed (its
+    ``blocked_s``), none of which a microbenchmark fit holds (docs/cpu-proof.md)."""
     per_call = op.num_bytes / op.calls
     own = _in_situ_of([c for c in profile.collectives if c.kind == kind], op, per_call)
     return own if own is not None else _in_situ_of(profile.collectives, op, per_call)
