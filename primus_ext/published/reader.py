@@ -154,7 +154,9 @@ def _recipe(r: _Row, model: ModelSpec, preset: str | None, world: int) -> Recipe
                      vp_stated=bool(r.text("vp")), mbs_stated=bool(r.text("mbs")),
                      mbs=r.int_("mbs"), ep=r.int_("ep") or 1,
                      gbs=r.int_("gbs"), seq=r.int_("seq_len") or 0,
-                     recompute_stated=bool(r.text("recompute")))
+                     recompute_stated=bool(r.text("recompute")),
+                     precision=r.text("precision").lower(),
+                     sharding=r.text("fsdp_or_zero").lower())
     return recipe_for(facts)
 
 

@@ -32,6 +32,11 @@ Sources and what they document (citations are the public files read):
     grad reduce; on B200 / GB200 the all-to-all dispatcher with the recipe's layout map
     (``[E + 4 layers] + [4 layers] * 14 + [1 layer + loss]``); ``moe_router_force_load_
     balancing`` (balanced routing, as the projector assumes).
+  - Megatron-Bridge fuses the cross entropy with TE's kernel
+    (``cross_entropy_fusion_impl: "te"`` in every 0.1.0 ``scripts/performance``
+    config; ``_benchmark_common(cross_entropy_impl="te")`` now), and its 25.09 tables ran
+    the ``perf_matrix`` memory settings of ``published/perf_matrix.py`` (Megatron-FSDP
+    Llama 3 70B / 405B on GB200: CPU activation offloading of 40 / 95 layers);
   - NeMo 2.0 MoE recipes with the all-to-all dispatcher overlap the shared experts
     (``moe_shared_expert_overlap = True``; Mixtral has none, so it changes nothing there).
 - **Llama 3 paper** (arXiv 2407.21783, Sec. 3.3.2): an interleaved schedule with V stages
@@ -81,6 +86,7 @@ import re
 from dataclasses import dataclass, field
 
 from primus_ext.presets import recipe_defaults
+from primus_ext.published.perf_matrix import BRIDGE_0_1, perf_matrix_memory
 
 NVIDIA_PERF_SOURCES = ("NeMo-perf-summary", "NeMo-FW-perf-summary", "MegatronBridge-perf")
 
@@ -122,6 +128,8 @@ class RowFacts:
     gbs: int | None
     seq: int
     recompute_stated: bool
+    precision: str = ""  # the row's precision cell, lower case
+    sharding: str = ""  # the row's fsdp_or_zero cell, lower case
 
 
 # Sources whose TFLOP/s (and MFU) count core attention over the whole sequence:
@@ -192,8 +200,14 @@ def _nvidia_perf(f: RowFacts, rec: Recipe) -> None:
     if not f.source.startswith("NeMo-perf-summary"):
         rec.set("train", "cross_entropy_loss_fusion", True,
                 f"{src}: NeMo 2.0 GPTConfig / Megatron-Bridge GPT providers default")
+    if f.source.startswith("MegatronBridge"):
+        rec.set("train", "cross_entropy_fusion_impl", "te",
+                f"{BRIDGE_0_1} configs/*_llm_pretrain.yaml: cross_entropy_fusion_impl te; "
+                "perf_recipes/_common.py _benchmark_common(cross_entropy_impl='te')")
+        if f.source.startswith("MegatronBridge-perf-25.09"):
+            perf_matrix_memory(f, rec)  # the recipe's own memory saving, when listed
     dsv3 = f.model_preset == "deepseek_v3"
-    if not f.recompute_stated:
+    if not f.recompute_stated and not rec.recompute_from_source:
         rec.sets_recompute = True
         if dsv3 and f.source.startswith("MegatronBridge"):
             mods = ("mla_up_proj", "mlp") if f.gpu.upper() == "H100" else ("mla_up_proj",)
