@@ -228,10 +228,15 @@ def _parallel(r: _Row, model: ModelSpec, world: int, notes: list[str],
         # the microbatches (Llama 3 paper Sec. 3.3.2: no reshard after forward; the
         # torchtitan default with PP does the same), so it
         # communicates like the distributed optimizer: one gradient reduce-scatter and
-        # one parameter all-gather per step.
+        # one parameter all-gather per step. Its unsharded gradients are FSDP's, made in
+        # the backward (not a buffer allocated at start-up) and reduce-scattered into
+        # the shards after the last microbatch.
         kwargs["use_distributed_optimizer"] = True
+        kwargs["grad_buffer"] = "on_backward"
         notes.append(f"fsdp_or_zero={sharding!r} with pp={pp}: parameters stay gathered "
-                     "across microbatches; modelled as the distributed optimizer (ZeRO-1/2)")
+                     "across microbatches; modelled as the distributed optimizer (ZeRO-1/2) "
+                     "with FSDP's gradients: unsharded from a chunk's first backward to "
+                     "its last (grad_buffer=on_backward), sharded after")
     elif sharding.startswith("fsdp") or "zero2" in sharding or "zero3" in sharding:
         kwargs["fsdp"] = True
         if "zero2" in sharding:

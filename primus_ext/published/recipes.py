@@ -62,7 +62,14 @@ Sources and what they document (citations are the public files read):
 - **AMD Primus** (``PRIMUS_CONFIGS``): the recompute setting of the Primus example
   config a row reproduces (same GPU, model, layout and micro batch; Primus at the commit
   the rows cite). The MI355X Mixtral 8x22B config sets ``recompute_method: block`` with
-  ``recompute_num_layers: 0``: no layer is recomputed.
+  ``recompute_num_layers: 0``: no layer is recomputed, and neither it nor its bases
+  (``primus/configs/modules/megatron/trainer_base.yaml``, ``primus_pipeline.yaml``,
+  ``primus_turbo.yaml``) turn on any other memory saving (no CPU or fine-grained
+  offloading, no precision-aware optimizer, no Primus pipeline offload); Primus' own
+  memory projection of that config (``docs_deprecated/tech_blogs/projection/
+  projection.md``) is 582.8 GB per GPU, over the MI355X's 288 GB as well. The base
+  config's ``grad_reduce_in_bf16: false`` makes Megatron-LM accumulate and reduce
+  gradients in fp32 for every Primus bf16 / fp8 run.
 - **Rows whose notes say PP communication overlap was on** and give no ``vp``: the
   interleaved schedule (megatron-core overlaps pipeline p2p only with virtual stages),
   with the smallest number of virtual stages the layers per stage divide into.
@@ -258,6 +265,13 @@ PRIMUS_CONFIGS = {
 
 
 def _amd_primus(f: RowFacts, rec: Recipe) -> None:
+    # Primus' Megatron base config states bf16 with grad_reduce_in_bf16 false and
+    # accumulate_allreduce_grads_in_fp32 false; Megatron-LM's validate_args
+    # (megatron/training/arguments.py) then turns accumulate_allreduce_grads_in_fp32 on
+    # for bf16 ("accumulate and all-reduce gradients in fp32 for bfloat16 data type").
+    rec.set("parallel", "grad_reduce_in_fp32", True, "AMD Primus primus/configs/modules/"
+            "megatron/trainer_base.yaml: grad_reduce_in_bf16 false; Megatron-LM "
+            "validate_args then accumulates and reduces gradients in fp32")
     found = PRIMUS_CONFIGS.get((f.gpu.upper(), f.model_preset or ""))
     if found is None or f.recompute_stated:
         return

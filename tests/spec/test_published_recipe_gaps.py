@@ -14,13 +14,19 @@ def by_id():
 
 
 def test_megatron_rows_reduce_gradients_in_bf16_as_the_recipes_do(by_id):
-    # Megatron-LM README (unstated; Megatron-LM's flag default would be FP32) and AMD
-    # Primus rows: Megatron-Bridge _benchmark_common sets ddp.grad_reduce_in_fp32=False.
-    for run_id in ("P046", "P049", "P093"):
+    # Megatron-LM README (unstated; Megatron-LM's flag default would be FP32):
+    # Megatron-Bridge _benchmark_common sets ddp.grad_reduce_in_fp32=False.
+    for run_id in ("P046", "P049"):
         run = by_id[run_id]
         assert run.spec.parallel.grad_reduce_in_fp32 is False
         assert any("grad_reduce_in_fp32=False" in n and "perf_recipes/_common.py" in n
                    for n in run.notes), run.notes
+    # AMD Primus states it: its Megatron base config (trainer_base.yaml) has
+    # grad_reduce_in_bf16 false, so Megatron-LM's validate_args reduces in fp32.
+    for run_id in ("P093", "P097"):
+        run = by_id[run_id]
+        assert run.spec.parallel.grad_reduce_in_fp32 is True
+        assert any("trainer_base.yaml" in n for n in run.notes), run.notes
 
 
 def test_megatron_rows_with_tp_overlap_tp_comm_as_the_recipes_do(by_id):
