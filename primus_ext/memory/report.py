@@ -3,8 +3,11 @@
 A stage's total is its parameters, gradients and optimizer state (``states.py``), its
 activations -- bytes saved per microbatch (``activations.py``) times the microbatches in
 flight at its peak (``inflight.py``), plus the transient working set of one backward --
-and the non-model terms of ``overhead.py``. The report never raises for a layout that
-does not fit: ``fits`` says so. All byte counts are Python ints.
+and the non-model terms of ``overhead.py``. Gradients made in the backward
+(``parallel.grad_buffer='on_backward'``) are counted with the activations at the
+schedule step where their sum peaks (``inflight.peak_with_gradients``). The report
+never raises for a layout that does not fit: ``fits`` says so. All byte counts are
+Python ints.
 
 Fast by construction: every per-stage piece is an ``lru_cache`` on frozen (hashable)
 specs, so a tuner that varies one field recomputes only what depends on it.
