@@ -232,11 +232,14 @@ def _parallel(r: _Row, model: ModelSpec, world: int, notes: list[str],
         # the backward (not a buffer allocated at start-up) and reduce-scattered into
         # the shards after the last microbatch.
         kwargs["use_distributed_optimizer"] = True
-        kwargs["grad_buffer"] = "on_backward"
+        titan = is_torchtitan_row(r.text("source"))  # FSDP2: memory/torchtitan.py
+        if not titan:
+            kwargs["grad_buffer"] = "on_backward"
         notes.append(f"fsdp_or_zero={sharding!r} with pp={pp}: parameters stay gathered "
-                     "across microbatches; modelled as the distributed optimizer (ZeRO-1/2) "
-                     "with FSDP's gradients: unsharded from a chunk's first backward to "
-                     "its last (grad_buffer=on_backward), sharded after")
+                     "across microbatches; modelled as the distributed optimizer (ZeRO-1/2)"
+                     + ("" if titan else " with FSDP's gradients: unsharded from a chunk's "
+                        "first backward to its last (grad_buffer=on_backward), sharded "
+                        "after"))
     elif sharding.startswith("fsdp") or "zero2" in sharding or "zero3" in sharding:
         kwargs["fsdp"] = True
         if "zero2" in sharding:
