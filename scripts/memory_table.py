@@ -68,7 +68,13 @@ megatron-core's local spec on `cpu`; `primus_ext.spec.run.uses_te`).
   its transpose with `--fp8-param-gather`); TE FusedAdam's precision-aware state
   (`exp_avg_dtype` / `exp_avg_sq_dtype`, int16 master remainders); bf16 main gradients;
   TE's context-parallel ring / gather buffers; megatron-core's fine-grained activation
-  offloading (`primus_ext/memory/offload.py`); torchtitan's op-level selective
+  offloading and whole-layer CPU offloading (`--cpu-offloading-num-layers`, TE's
+  `cpu_offload_v1.py`; `primus_ext/memory/offload.py`); TE's fused cross entropy
+  (`--cross-entropy-fusion-impl te`: bf16 logits saved, no fp32 copy); gradients made
+  in the backward instead of a persistent DDP buffer (`parallel.grad_buffer=on_backward`,
+  PyTorch FSDP deferring the sync: the schedule stepped with them,
+  `primus_ext/memory/inflight.py`; `tests/memory/test_memory_cpu_offload.py`,
+  `test_memory_grad_buffer_timing.py`); torchtitan's op-level selective
   checkpointing (`primus_ext/memory/sac_op.py`, from torchtitan's policy).
 - Priors, not measured: CUDA context, workspaces, NCCL buffers, allocator
   fragmentation (`primus_ext/memory/options.py`).
@@ -142,6 +148,19 @@ def fused_attention_table() -> str:
             "bf16, causal.\n\n" + "\n".join(lines) + "\n")
 
 
+def _layer_detail(spec) -> str:
+    """One decoder layer's saved bytes per microbatch and its two largest items."""
+    from primus_ext.memory.activations import layer_items
+    from primus_ext.memory.options import DEFAULT_OPTIONS
+    from primus_ext.memory.report import resolved_train
+
+    items = layer_items(spec.model, spec.parallel, resolved_train(spec),
+                        spec.model.is_moe_layer(spec.model.num_layers - 1), DEFAULT_OPTIONS)
+    top = sorted(items, key=lambda kv: -kv[1])[:2]
+    return (f"{sum(v for _, v in items) / 2**30:.2f} GiB per layer and microbatch, "
+            + ", ".join(f"{k} {v / 2**30:.2f}" for k, v in top))
+
+
 def _reason(r, rep) -> str:
     """Why a published run is called 'does not fit', from the figures and the row."""
     st = rep.stages[rep.worst_stage]
@@ -154,7 +173,11 @@ def _reason(r, rep) -> str:
         alive = (f"{sum(st.inflight_per_chunk)} chunk-microbatches" if par.vpp > 1
                  else f"{st.num_inflight_microbatches} microbatches")
         why += (f" ({alive} in flight on stage {st.stage} under megatron-core's "
-                f"{par.resolved_schedule} schedule)")
+                f"{par.resolved_schedule} schedule; {_layer_detail(r.spec)})")
+    if r.spec.parallel.grad_buffer == "on_backward":
+        why += (f"; gradients made in the backward: {st.grad_bytes / 2**30:.1f} GiB alive "
+                "at the peak (the steady phase runs backwards while forwards still add "
+                "activations)")
     stated = [n for n in r.notes if n.startswith("recompute")]
     if stated:
         why += "; " + "; ".join(stated)

@@ -25,7 +25,7 @@ from functools import lru_cache
 from primus_ext.memory.act_layer import (Dims, Items, attention_items, mlp_items,
                                          moe_items, norm_items)
 from primus_ext.memory.options import MemoryOptions
-from primus_ext.memory.offload import offloaded_bytes
+from primus_ext.memory.offload import layer_offload_split, offloaded_bytes
 from primus_ext.memory.sac_op import OP_SAC, op_sac_items
 from primus_ext.memory.te_layer import te_cp_working_bytes, te_layer_items
 from primus_ext.spec.layout import pipeline_layout
@@ -125,6 +125,14 @@ def head_items(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
     v = padded_vocab(model.vocab_size, model.make_vocab_size_divisible_by, par.tp) // par.tp
     it = norm_items(model, d, "final_norm", d.n_sp, model.hidden_size) if final_norm else {}
     it["output_layer.input"] = d.n_sp * model.hidden_size * d.e
+    if te_cross_entropy(train):
+        # TE CrossEntropyFunction.forward (transformer_engine/pytorch/cross_entropy.py)
+        # saves the logits as they are (the gradient is later written into them), the
+        # target ids and its per-row (m, d, X_y) fp32 statistics.
+        it["loss.logits"] = d.n * v * d.e
+        it["loss.target"] = d.n * 8
+        it["loss.row_stats"] = d.n * 3 * 4
+        return it
     # _VocabParallelCrossEntropy keeps exp(logits - max) in fp32, the target mask and
     # the masked target ids.
     it["loss.exp_logits"] = d.n * v * 4
@@ -153,6 +161,13 @@ def mtp_items(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
     it["mtp.loss.scaled"] = d.n * 4
     it["mtp.loss.num_tokens"] = 4
     return it
+
+
+def te_cross_entropy(train: TrainSpec) -> bool:
+    """The loss is TE's fused cross entropy (``--cross-entropy-loss-fusion
+    --cross-entropy-fusion-impl te``; megatron-core LanguageModule.
+    compute_language_model_loss calls te_parallel_cross_entropy)."""
+    return train.cross_entropy_loss_fusion and train.cross_entropy_fusion_impl == "te"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -202,6 +217,13 @@ def chunk_activations(model: ModelSpec, par: ParallelSpec, train: TrainSpec, sta
     if train.recompute_granularity == "full":
         full, working = _full_recompute(model, par, train, layers, options)
         it |= full
+    elif train.cpu_offloading_num_layers and layers:
+        # offload.py: the first N layers' activations on the host (PP 1: this chunk holds
+        # every layer), about one of them in flight.
+        per_layer = [layer_bytes(model, par, train, model.is_moe_layer(i), options)
+                     for i in layers]
+        it["layers"], working = layer_offload_split(per_layer,
+                                                    train.cpu_offloading_num_layers)
     else:
         it["layers"] = sum(layer_bytes(model, par, train, model.is_moe_layer(i), options)
                            for i in layers)
@@ -225,7 +247,7 @@ def chunk_activations(model: ModelSpec, par: ParallelSpec, train: TrainSpec, sta
             it |= {f"{name}[{k}]": v
                    for name, v in mtp_items(model, par, train, options).items()}
         d = Dims.of(par, train)
-        if d.e != 4:
+        if d.e != 4 and not te_cross_entropy(train):
             v = padded_vocab(model.vocab_size, model.make_vocab_size_divisible_by,
                              par.tp) // par.tp
             working += d.n * v * d.e  # compute-dtype logits beside the fp32 copy

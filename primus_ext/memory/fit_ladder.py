@@ -43,6 +43,9 @@ class FitChoice:
 
 
 def _with(spec: RunSpec, **train) -> RunSpec:
+    # megatron-core refuses whole-layer CPU offloading together with recompute: a
+    # recompute rung replaces it.
+    train.setdefault("cpu_offloading_num_layers", 0)
     return dataclasses.replace(spec, train=dataclasses.replace(spec.train, **train))
 
 

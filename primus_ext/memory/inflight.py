@@ -79,3 +79,52 @@ def _inflight_stepped(vpp: int, g: int, total: int, warmup: int,
     if warmup == total and steps == 0:
         note()
     return best_alive
+
+
+def warmup_forwards(pp: int, vpp: int, stage: int, num_microbatches: int,
+                    group: int | None = None) -> int:
+    """Forwards megatron-core runs before a stage's first backward (module docstring)."""
+    if vpp == 1:
+        return min(pp - stage - 1, num_microbatches)
+    return min((pp - stage - 1) * 2 + (vpp - 1) * (group or pp), num_microbatches * vpp)
+
+
+@lru_cache(maxsize=4096)
+def peak_with_gradients(pp: int, vpp: int, stage: int, num_microbatches: int,
+                        chunk_bytes: tuple[int, ...], chunk_grad_bytes: tuple[int, ...],
+                        group: int | None = None) -> tuple[tuple[int, ...], int]:
+    """(chunk-microbatches alive, gradient bytes alive) at the stage's peak when a chunk's
+    unsharded gradients are allocated at its first backward and freed after its last
+    (``ParallelSpec.grad_buffer='on_backward'``): the schedule is stepped whole (warmup
+    forwards, steady forward/backward pairs, cool-down backwards) and a backward counts
+    with its chunk's gradients allocated and its activations still alive."""
+    g = group or pp
+    total = num_microbatches * vpp
+    warmup = warmup_forwards(pp, vpp, stage, num_microbatches, g)
+    alive = [0] * vpp
+    done = [0] * vpp  # backwards run per chunk
+    grads = 0
+    best = (-1, tuple(alive), 0)
+
+    def note() -> None:
+        nonlocal best
+        cur = sum(a * b for a, b in zip(alive, chunk_bytes)) + grads
+        if cur > best[0]:
+            best = (cur, tuple(alive), grads)
+
+    for k in range(warmup):
+        alive[_chunk(k, g, vpp, True)] += 1
+        note()
+    for j in range(total):
+        if j + warmup < total:
+            alive[_chunk(j + warmup, g, vpp, True)] += 1
+            note()
+        c = _chunk(j, g, vpp, False)
+        if done[c] == 0:
+            grads += chunk_grad_bytes[c]
+        note()
+        alive[c] -= 1
+        done[c] += 1
+        if done[c] == num_microbatches:  # reduce-scattered after its last microbatch
+            grads -= chunk_grad_bytes[c]
+    return best[1], best[2]

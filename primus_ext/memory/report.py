@@ -3,8 +3,11 @@
 A stage's total is its parameters, gradients and optimizer state (``states.py``), its
 activations -- bytes saved per microbatch (``activations.py``) times the microbatches in
 flight at its peak (``inflight.py``), plus the transient working set of one backward --
-and the non-model terms of ``overhead.py``. The report never raises for a layout that
-does not fit: ``fits`` says so. All byte counts are Python ints.
+and the non-model terms of ``overhead.py``. Gradients made in the backward
+(``parallel.grad_buffer='on_backward'``) are counted with the activations at the
+schedule step where their sum peaks (``inflight.peak_with_gradients``). The report
+never raises for a layout that does not fit: ``fits`` says so. All byte counts are
+Python ints.
 
 Fast by construction: every per-stage piece is an ``lru_cache`` on frozen (hashable)
 specs, so a tuner that varies one field recomputes only what depends on it.
@@ -16,10 +19,11 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from primus_ext.memory.activations import chunk_activations
-from primus_ext.memory.inflight import inflight_1f1b, inflight_interleaved
+from primus_ext.memory.inflight import (inflight_1f1b, inflight_interleaved,
+                                        peak_with_gradients)
 from primus_ext.memory.options import TIGHT_FRACTION, DEFAULT_OPTIONS, MemoryOptions
 from primus_ext.memory.overhead import other_items
-from primus_ext.memory.states import stage_states
+from primus_ext.memory.states import chunk_grad_bytes, grad_bytes_per_element, stage_states
 from primus_ext.spec.run import RunSpec, uses_te
 from primus_ext.spec.train import TrainSpec
 
@@ -81,7 +85,16 @@ def _stage(spec: RunSpec, stage: int, options: MemoryOptions,
               for c in range(par.vpp)]
     per_mb = [c.bytes_per_microbatch for c in chunks]
     m = spec.num_microbatches
-    if par.vpp == 1:
+    grad_bytes = st.grad_bytes
+    if par.grad_buffer == "on_backward":
+        # Unsharded gradients exist from a chunk's first backward to its last: the peak
+        # is stepped over the schedule with them; the reduce-scattered fp32 shard stays.
+        per_chunk = chunk_grad_bytes(model, par, train, stage, dp, expert_dp, options)
+        alive, lazy = peak_with_gradients(par.pp, par.vpp, stage, m, tuple(per_mb),
+                                          per_chunk)
+        grad_bytes = st.optimizer_elements * grad_bytes_per_element(train, options,
+                                                                    par) + lazy
+    elif par.vpp == 1:
         alive = (inflight_1f1b(par.pp, stage, m),)
     else:
         alive = inflight_interleaved(par.pp, par.vpp, stage, m, tuple(per_mb))
@@ -90,11 +103,11 @@ def _stage(spec: RunSpec, stage: int, options: MemoryOptions,
     other_bytes = sum(other.values())
     return StageMemory(
         stage=stage, num_params=st.num_params, num_expert_params=st.num_expert_params,
-        param_bytes=st.param_bytes, grad_bytes=st.grad_bytes,
+        param_bytes=st.param_bytes, grad_bytes=grad_bytes,
         optimizer_bytes=st.optimizer_bytes, activation_bytes_per_microbatch=sum(per_mb),
         num_inflight_microbatches=-(-sum(alive) // par.vpp), activation_bytes=act,
         other_bytes=other_bytes,
-        total_bytes=st.param_bytes + st.grad_bytes + st.optimizer_bytes + act + other_bytes,
+        total_bytes=st.param_bytes + grad_bytes + st.optimizer_bytes + act + other_bytes,
         inflight_per_chunk=tuple(alive), other=tuple(other.items()))
 
 

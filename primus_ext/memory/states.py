@@ -60,6 +60,21 @@ def grad_bytes_per_element(train: TrainSpec, options: MemoryOptions,
     return train.param_bytes
 
 
+def chunk_grad_bytes(model: ModelSpec, par: ParallelSpec, train: TrainSpec, stage: int,
+                     dp: int, expert_dp: int, options: MemoryOptions) -> tuple[int, ...]:
+    """Unsharded gradient bytes of each model chunk of a stage (its DDP buffers' size),
+    for gradients allocated at a chunk's first backward (``grad_buffer='on_backward'``)."""
+    local_spec = train.attention_backend == "unfused"
+    gbytes = grad_bytes_per_element(train, options, par)
+    out = []
+    for chunk in range(par.vpp):
+        bufs = chunk_buffers(model, par, stage, chunk, dp, expert_dp,
+                             options.ddp_bucket_size, options.pad_buckets_for_high_nccl_busbw,
+                             local_spec)
+        out.append((bufs.dense.numel + bufs.expert.numel) * gbytes)
+    return tuple(out)
+
+
 def distopt_shard_elements(model: ModelSpec, par: ParallelSpec, stage: int, dp: int,
                            expert_dp: int, dp_rank: int, expert_dp_rank: int,
                            options: MemoryOptions, local_spec: bool = False) -> int:

@@ -154,7 +154,9 @@ def _recipe(r: _Row, model: ModelSpec, preset: str | None, world: int) -> Recipe
                      vp_stated=bool(r.text("vp")), mbs_stated=bool(r.text("mbs")),
                      mbs=r.int_("mbs"), ep=r.int_("ep") or 1,
                      gbs=r.int_("gbs"), seq=r.int_("seq_len") or 0,
-                     recompute_stated=bool(r.text("recompute")))
+                     recompute_stated=bool(r.text("recompute")),
+                     precision=r.text("precision").lower(),
+                     sharding=r.text("fsdp_or_zero").lower())
     return recipe_for(facts)
 
 
@@ -226,10 +228,18 @@ def _parallel(r: _Row, model: ModelSpec, world: int, notes: list[str],
         # the microbatches (Llama 3 paper Sec. 3.3.2: no reshard after forward; the
         # torchtitan default with PP does the same), so it
         # communicates like the distributed optimizer: one gradient reduce-scatter and
-        # one parameter all-gather per step.
+        # one parameter all-gather per step. Its unsharded gradients are FSDP's, made in
+        # the backward (not a buffer allocated at start-up) and reduce-scattered into
+        # the shards after the last microbatch.
         kwargs["use_distributed_optimizer"] = True
+        titan = is_torchtitan_row(r.text("source"))  # FSDP2: memory/torchtitan.py
+        if not titan:
+            kwargs["grad_buffer"] = "on_backward"
         notes.append(f"fsdp_or_zero={sharding!r} with pp={pp}: parameters stay gathered "
-                     "across microbatches; modelled as the distributed optimizer (ZeRO-1/2)")
+                     "across microbatches; modelled as the distributed optimizer (ZeRO-1/2)"
+                     + ("" if titan else " with FSDP's gradients: unsharded from a chunk's "
+                        "first backward to its last (grad_buffer=on_backward), sharded "
+                        "after"))
     elif sharding.startswith("fsdp") or "zero2" in sharding or "zero3" in sharding:
         kwargs["fsdp"] = True
         if "zero2" in sharding:

@@ -32,6 +32,11 @@ Sources and what they document (citations are the public files read):
     grad reduce; on B200 / GB200 the all-to-all dispatcher with the recipe's layout map
     (``[E + 4 layers] + [4 layers] * 14 + [1 layer + loss]``); ``moe_router_force_load_
     balancing`` (balanced routing, as the projector assumes).
+  - Megatron-Bridge fuses the cross entropy with TE's kernel
+    (``cross_entropy_fusion_impl: "te"`` in every 0.1.0 ``scripts/performance``
+    config; ``_benchmark_common(cross_entropy_impl="te")`` now), and its 25.09 tables ran
+    the ``perf_matrix`` memory settings of ``published/perf_matrix.py`` (Megatron-FSDP
+    Llama 3 70B / 405B on GB200: CPU activation offloading of 40 / 95 layers);
   - NeMo 2.0 MoE recipes with the all-to-all dispatcher overlap the shared experts
     (``moe_shared_expert_overlap = True``; Mixtral has none, so it changes nothing there).
 - **Llama 3 paper** (arXiv 2407.21783, Sec. 3.3.2): an interleaved schedule with V stages
@@ -57,7 +62,14 @@ Sources and what they document (citations are the public files read):
 - **AMD Primus** (``PRIMUS_CONFIGS``): the recompute setting of the Primus example
   config a row reproduces (same GPU, model, layout and micro batch; Primus at the commit
   the rows cite). The MI355X Mixtral 8x22B config sets ``recompute_method: block`` with
-  ``recompute_num_layers: 0``: no layer is recomputed.
+  ``recompute_num_layers: 0``: no layer is recomputed, and neither it nor its bases
+  (``primus/configs/modules/megatron/trainer_base.yaml``, ``primus_pipeline.yaml``,
+  ``primus_turbo.yaml``) turn on any other memory saving (no CPU or fine-grained
+  offloading, no precision-aware optimizer, no Primus pipeline offload); Primus' own
+  memory projection of that config (``docs_deprecated/tech_blogs/projection/
+  projection.md``) is 582.8 GB per GPU, over the MI355X's 288 GB as well. The base
+  config's ``grad_reduce_in_bf16: false`` makes Megatron-LM accumulate and reduce
+  gradients in fp32 for every Primus bf16 / fp8 run.
 - **Rows whose notes say PP communication overlap was on** and give no ``vp``: the
   interleaved schedule (megatron-core overlaps pipeline p2p only with virtual stages),
   with the smallest number of virtual stages the layers per stage divide into.
@@ -81,6 +93,7 @@ import re
 from dataclasses import dataclass, field
 
 from primus_ext.presets import recipe_defaults
+from primus_ext.published.perf_matrix import BRIDGE_0_1, perf_matrix_memory
 
 NVIDIA_PERF_SOURCES = ("NeMo-perf-summary", "NeMo-FW-perf-summary", "MegatronBridge-perf")
 
@@ -122,6 +135,8 @@ class RowFacts:
     gbs: int | None
     seq: int
     recompute_stated: bool
+    precision: str = ""  # the row's precision cell, lower case
+    sharding: str = ""  # the row's fsdp_or_zero cell, lower case
 
 
 # Sources whose TFLOP/s (and MFU) count core attention over the whole sequence:
@@ -192,8 +207,14 @@ def _nvidia_perf(f: RowFacts, rec: Recipe) -> None:
     if not f.source.startswith("NeMo-perf-summary"):
         rec.set("train", "cross_entropy_loss_fusion", True,
                 f"{src}: NeMo 2.0 GPTConfig / Megatron-Bridge GPT providers default")
+    if f.source.startswith("MegatronBridge"):
+        rec.set("train", "cross_entropy_fusion_impl", "te",
+                f"{BRIDGE_0_1} configs/*_llm_pretrain.yaml: cross_entropy_fusion_impl te; "
+                "perf_recipes/_common.py _benchmark_common(cross_entropy_impl='te')")
+        if f.source.startswith("MegatronBridge-perf-25.09"):
+            perf_matrix_memory(f, rec)  # the recipe's own memory saving, when listed
     dsv3 = f.model_preset == "deepseek_v3"
-    if not f.recompute_stated:
+    if not f.recompute_stated and not rec.recompute_from_source:
         rec.sets_recompute = True
         if dsv3 and f.source.startswith("MegatronBridge"):
             mods = ("mla_up_proj", "mlp") if f.gpu.upper() == "H100" else ("mla_up_proj",)
@@ -244,6 +265,13 @@ PRIMUS_CONFIGS = {
 
 
 def _amd_primus(f: RowFacts, rec: Recipe) -> None:
+    # Primus' Megatron base config states bf16 with grad_reduce_in_bf16 false and
+    # accumulate_allreduce_grads_in_fp32 false; Megatron-LM's validate_args
+    # (megatron/training/arguments.py) then turns accumulate_allreduce_grads_in_fp32 on
+    # for bf16 ("accumulate and all-reduce gradients in fp32 for bfloat16 data type").
+    rec.set("parallel", "grad_reduce_in_fp32", True, "AMD Primus primus/configs/modules/"
+            "megatron/trainer_base.yaml: grad_reduce_in_bf16 false; Megatron-LM "
+            "validate_args then accumulates and reduces gradients in fp32")
     found = PRIMUS_CONFIGS.get((f.gpu.upper(), f.model_preset or ""))
     if found is None or f.recompute_stated:
         return

@@ -26,6 +26,7 @@ AXES = ("tp", "cp", "ep", "dp", "pp")
 # megatron-core's MoE guide recommends alltoall with EP and every published MoE recipe
 # sets alltoall or flex, so alltoall is the default here.
 MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
+GRAD_BUFFERS = ("persistent", "on_backward")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -46,6 +47,13 @@ class ParallelSpec:
     # grad_reduce_in_fp32; Megatron-LM turns it on with --bf16 unless --grad-reduce-in-bf16).
     # False: bf16 gradient reduce-scatter / all-reduce (half the bytes).
     grad_reduce_in_fp32: bool = True
+    # When a rank's unsharded gradients exist: 'persistent' = megatron-core DDP's
+    # contiguous grad buffer, allocated at start-up (param_and_grad_buffer.py);
+    # 'on_backward' = allocated at a model chunk's first backward of the step and freed
+    # once its last microbatch's gradients are reduce-scattered (PyTorch FSDP with the
+    # gradient sync deferred to the last microbatch: the autograd .grad / FSDP unsharded
+    # grad), so the activation peak of an early pipeline stage can come before them.
+    grad_buffer: str = "persistent"
     # MoE token dispatch (megatron-core): alltoall = one copy per (token, expert) pair in an
     # all-to-all; allgather = all-gather of the EP group's tokens and reduce-scatter of the
     # outputs; flex = DeepEP / HybridEP kernels that send a token once per destination node
@@ -89,6 +97,7 @@ class ParallelSpec:
             positive(_OWNER, "etp", self.etp)
         one_of(_OWNER, "schedule", self.schedule, SCHEDULES)
         one_of(_OWNER, "cp_comm_type", self.cp_comm_type, ("p2p", "a2a", "allgather"))
+        one_of(_OWNER, "grad_buffer", self.grad_buffer, GRAD_BUFFERS)
         one_of(_OWNER, "moe_token_dispatcher_type", self.moe_token_dispatcher_type,
                MOE_DISPATCHERS)
         if self.overlap_moe_expert_parallel_comm:
@@ -120,6 +129,12 @@ class ParallelSpec:
         if self.fsdp and self.use_distributed_optimizer:
             # FSDP shards parameters, gradients and optimizer state itself.
             object.__setattr__(self, "use_distributed_optimizer", False)
+        if self.grad_buffer == "on_backward" and not self.use_distributed_optimizer:
+            # The deferred gradient sync ends in a reduce-scatter into sharded gradients
+            # (the distributed optimizer's layout); FSDP's own gradients are modelled
+            # per layer already (memory/states.py).
+            raise ValueError("parallel.grad_buffer='on_backward' requires "
+                             "use_distributed_optimizer=True and fsdp=False")
         for f in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"):
             v = getattr(self, f)
             if v is not None:

@@ -90,6 +90,12 @@ def check_megatron_only(par: ParallelSpec, train: TrainSpec) -> None:
         if value != default:
             raise ValueError(f"{name}={value!r} applies to framework=torchtitan only "
                              f"(framework=megatron; default {default!r})")
+    if train.cpu_offloading_num_layers and par.pp > 1:
+        # megatron-core TransformerConfig.__post_init__: no pipeline parallelism with CPU
+        # offloading.
+        raise ValueError(f"train.cpu_offloading_num_layers="
+                         f"{train.cpu_offloading_num_layers} requires parallel.pp=1 "
+                         f"(pp={par.pp}; megatron-core has no CPU offloading under PP)")
     if par.schedule in TORCHTITAN_SCHEDULES:
         raise ValueError(f"parallel.schedule={par.schedule!r} is a torchtitan schedule "
                          "(framework=torchtitan); megatron-core's are auto, 1f1b, "
@@ -155,6 +161,12 @@ def check_run(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
             raise ValueError(
                 f"train.recompute_num_layers={train.recompute_num_layers} exceeds the "
                 f"{per_chunk} layers of a pipeline chunk (recompute_method='uniform')")
+    if train.cpu_offloading_num_layers >= model.num_layers:
+        # megatron-core TransformerConfig.__post_init__: "CPU offloading can be done only
+        # for layers less than num_layers".
+        raise ValueError(f"train.cpu_offloading_num_layers="
+                         f"{train.cpu_offloading_num_layers} must be below the model's "
+                         f"{model.num_layers} layers")
     pipeline_layout(model.num_layers, layout_parallel(model, par, framework))
 
 

@@ -14,6 +14,7 @@ ATTENTION_BACKENDS = ("flash", "unfused")
 OPTIMIZERS = ("adam", "sgd")
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
 FLASH_IMPLS = ("native", "fa2")
+CROSS_ENTROPY_IMPLS = ("native", "te")
 OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm",
                    "expert_fc1", "moe_act", "fused_group_mlp")
 MAIN_GRADS_DTYPES = ("fp32", "bf16")
@@ -44,6 +45,11 @@ class TrainSpec:
     # (megatron-core fused_vocab_parallel_cross_entropy / TE parallel_cross_entropy);
     # off by default in megatron-core, on in the NeMo 2.0 / Megatron-Bridge GPT configs.
     cross_entropy_loss_fusion: bool = False
+    # --cross-entropy-fusion-impl: which fused kernel (megatron-core LanguageModule.
+    # compute_language_model_loss): 'native' (fused_vocab_parallel_cross_entropy, fp32
+    # exp-logits saved) or 'te' (Transformer Engine parallel_cross_entropy: the logits
+    # saved in their own dtype, the gradient written into them in place).
+    cross_entropy_fusion_impl: str = "native"
     # Elementwise kernels fused (True: Megatron / Transformer Engine's fused RMSNorm, RoPE,
     # SwiGLU and bias-dropout-add, or torch.compile). False: eager PyTorch, where RMSNorm,
     # complex-valued RoPE and SwiGLU run as chains of single-op kernels with fp32
@@ -70,6 +76,10 @@ class TrainSpec:
     # inputs go to host memory after the forward (megatron-core TransformerConfig
     # offload_modules); empty = no offloading.
     offload_modules: tuple[str, ...] = ()
+    # --cpu-offloading --cpu-offloading-num-layers N (megatron-core TransformerConfig
+    # cpu_offloading, activations only): the saved activations of the first N decoder
+    # layers go to host memory (Transformer Engine's cpu_offload); 0 = off.
+    cpu_offloading_num_layers: int = 0
     # torchtitan only (framework=torchtitan): the activation-checkpoint policy
     # (torchtitan ActivationCheckpointingConfig subcommand none|selective|full) and
     # per-block torch.compile (--compile.enable).
@@ -93,6 +103,8 @@ class TrainSpec:
         one_of(_OWNER, "recompute_method", self.recompute_method, RECOMPUTE_METHODS)
         one_of(_OWNER, "attention_backend", self.attention_backend, ATTENTION_BACKENDS)
         one_of(_OWNER, "flash_attn_impl", self.flash_attn_impl, FLASH_IMPLS)
+        one_of(_OWNER, "cross_entropy_fusion_impl", self.cross_entropy_fusion_impl,
+               CROSS_ENTROPY_IMPLS)
         one_of(_OWNER, "optimizer", self.optimizer, OPTIMIZERS)
         one_of(_OWNER, "activation_checkpoint", self.activation_checkpoint,
                ACTIVATION_CHECKPOINTS)
@@ -119,6 +131,17 @@ class TrainSpec:
             # core attention's output, which core attention's backward needs.
             raise ValueError("train.offload_modules has attn_proj without core_attn "
                              "(megatron-core requires core_attn with attn_proj)")
+        if isinstance(self.cpu_offloading_num_layers, bool) or \
+                self.cpu_offloading_num_layers < 0:
+            raise ValueError(f"train.cpu_offloading_num_layers="
+                             f"{self.cpu_offloading_num_layers!r} must be an int >= 0")
+        if self.cpu_offloading_num_layers and self.recompute_granularity is not None:
+            # megatron-core TransformerConfig.__post_init__: "CPU offloading does not work
+            # when activation recomputation is enabled".
+            raise ValueError(f"train.cpu_offloading_num_layers="
+                             f"{self.cpu_offloading_num_layers} needs recompute_granularity="
+                             f"None (it is {self.recompute_granularity!r}; megatron-core "
+                             "refuses CPU offloading with activation recompute)")
         if self.recompute_granularity == "full":
             if self.recompute_method is None:
                 raise ValueError(

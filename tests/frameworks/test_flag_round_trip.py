@@ -120,6 +120,7 @@ def _spec(draw) -> RunSpec:
         # --accumulate-allreduce-grads-in-fp32 refuses them)
         par = dataclasses.replace(par, grad_reduce_in_fp32=False)
     mbs = draw(st.sampled_from((1, 2)))
+    fused_ce = draw(st.booleans())
     world = 64
     dp = world // (tp * pp * cp)
     train = TrainSpec(
@@ -131,7 +132,11 @@ def _spec(draw) -> RunSpec:
         recompute_granularity=gran, **rec,
         attention_backend=draw(st.sampled_from(("flash", "unfused"))),
         optimizer=draw(st.sampled_from(("adam", "sgd"))),
-        cross_entropy_loss_fusion=draw(st.booleans()),
+        cross_entropy_loss_fusion=fused_ce,
+        cross_entropy_fusion_impl=draw(st.sampled_from(("native", "te")))
+        if fused_ce else "native",
+        cpu_offloading_num_layers=draw(st.sampled_from((0, 1, 3)))
+        if pp == 1 and gran is None else 0,
         te=draw(st.sampled_from((None, True, False))),
         use_precision_aware_optimizer=pao, main_grads_dtype=dt[0], exp_avg_dtype=dt[1],
         exp_avg_sq_dtype=dt[2],

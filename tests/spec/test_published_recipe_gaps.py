@@ -14,13 +14,19 @@ def by_id():
 
 
 def test_megatron_rows_reduce_gradients_in_bf16_as_the_recipes_do(by_id):
-    # Megatron-LM README (unstated; Megatron-LM's flag default would be FP32) and AMD
-    # Primus rows: Megatron-Bridge _benchmark_common sets ddp.grad_reduce_in_fp32=False.
-    for run_id in ("P046", "P049", "P093"):
+    # Megatron-LM README (unstated; Megatron-LM's flag default would be FP32):
+    # Megatron-Bridge _benchmark_common sets ddp.grad_reduce_in_fp32=False.
+    for run_id in ("P046", "P049"):
         run = by_id[run_id]
         assert run.spec.parallel.grad_reduce_in_fp32 is False
         assert any("grad_reduce_in_fp32=False" in n and "perf_recipes/_common.py" in n
                    for n in run.notes), run.notes
+    # AMD Primus states it: its Megatron base config (trainer_base.yaml) has
+    # grad_reduce_in_bf16 false, so Megatron-LM's validate_args reduces in fp32.
+    for run_id in ("P093", "P097"):
+        run = by_id[run_id]
+        assert run.spec.parallel.grad_reduce_in_fp32 is True
+        assert any("trainer_base.yaml" in n for n in run.notes), run.notes
 
 
 def test_megatron_rows_with_tp_overlap_tp_comm_as_the_recipes_do(by_id):
@@ -64,3 +70,42 @@ def test_rows_with_pp_overlap_on_run_interleaved(by_id):
         assert any(n.startswith("vpp=") and "overlap_p2p_comm" in n for n in run.notes)
         assert not any("no interleaving assumed" in n for n in run.notes)
     assert by_id["P046"].spec.parallel.vpp == 1  # PP 1: nothing to interleave
+
+
+def test_bridge_2509_rows_take_their_perf_matrix_memory_setting(by_id):
+    # Megatron-Bridge v0.1.0rc4 scripts/performance perf_matrix: GB200 Megatron-FSDP
+    # Llama 3 70B (mbs 2) offloads 40 layers' activations, 405B (TP2) 95; no recompute.
+    for run_id, layers in (("P041", 40), ("P042", 95)):
+        spec = by_id[run_id].spec
+        assert spec.parallel.fsdp and spec.train.recompute_granularity is None
+        assert spec.train.cpu_offloading_num_layers == layers
+        assert spec.train.cross_entropy_fusion_impl == "te"
+        assert any("perf_matrix.gb200" in n for n in by_id[run_id].notes)
+    # Same source, other layouts (no FSDP, or a layout the matrix does not list): TE's
+    # cross entropy, no offloading.
+    for run_id in ("P030", "P040"):
+        spec = by_id[run_id].spec
+        assert spec.train.cpu_offloading_num_layers == 0
+        assert spec.train.cross_entropy_fusion_impl == "te"
+    # NeMo 2.0 tables: the native fused kernel (not stated otherwise).
+    assert by_id["P023"].spec.train.cross_entropy_fusion_impl == "native"
+
+
+def test_perf_matrix_needs_the_same_recipe():
+    from primus_ext.published.perf_matrix import perf_matrix_memory
+    from primus_ext.published.recipes import Recipe, RowFacts
+
+    def facts(**kw):
+        base = dict(source="MegatronBridge-perf-25.09", model_preset="llama3_70b",
+                    gpu="GB200", notes="", num_layers=80, is_moe=False, tp=1, pp=1,
+                    cp=1, dp=64, vpp=1, vp_stated=False, mbs_stated=True, mbs=2, ep=1,
+                    gbs=128, seq=8192, recompute_stated=False, precision="fp8",
+                    sharding="fsdp")
+        return RowFacts(**(base | kw))
+
+    for kw, layers in (({}, 40), ({"mbs": 1}, 0), ({"sharding": ""}, 0),
+                       ({"recompute_stated": True}, 0), ({"precision": "bf16",
+                                                          "mbs": 1}, 20)):
+        rec = Recipe()
+        perf_matrix_memory(facts(**kw), rec)
+        assert rec.train.get("cpu_offloading_num_layers", 0) == layers, kw

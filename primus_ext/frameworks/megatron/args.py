@@ -279,12 +279,15 @@ def _train(ns, dp: int, n: Notes) -> TrainSpec:
         else ("core_attn",),
         attention_backend=backend, optimizer=ns.optimizer,
         cross_entropy_loss_fusion=ns.cross_entropy_loss_fusion,
+        cross_entropy_fusion_impl=ns.cross_entropy_fusion_impl,
         attention_softmax_in_fp32=not ns.no_attention_softmax_in_fp32, te=te,
         fp8_param_gather=fp8_gather, use_precision_aware_optimizer=pao,
         main_grads_dtype=dtypes[0], exp_avg_dtype=dtypes[1], exp_avg_sq_dtype=dtypes[2],
         moe_router_dtype=_router_dtype(ns, n),
         offload_modules=tuple(ns.offload_modules or ())
         if ns.fine_grained_activation_offloading else (),
+        cpu_offloading_num_layers=ns.cpu_offloading_num_layers if ns.cpu_offloading
+        else 0,
         moe_router_force_load_balancing=bool(ns.num_experts)
         and ns.moe_router_force_load_balancing)
 

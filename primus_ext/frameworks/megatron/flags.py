@@ -172,10 +172,15 @@ def train_args(spec: RunSpec) -> list:
         a += ["--attention-backend", t.attention_backend]
     a.value("--optimizer", t.optimizer)
     a.switch("--cross-entropy-loss-fusion", t.cross_entropy_loss_fusion)
+    if t.cross_entropy_loss_fusion:
+        a.value("--cross-entropy-fusion-impl", t.cross_entropy_fusion_impl)
     a.switch("--no-attention-softmax-in-fp32", not t.attention_softmax_in_fp32)
     if t.offload_modules:
         a += ["--fine-grained-activation-offloading", "--offload-modules",
               *t.offload_modules]
+    if t.cpu_offloading_num_layers:
+        a += ["--cpu-offloading", "--cpu-offloading-num-layers",
+              t.cpu_offloading_num_layers]
     if t.use_precision_aware_optimizer:
         a.append("--use-precision-aware-optimizer")
         a.value("--main-grads-dtype", t.main_grads_dtype)

@@ -49,7 +49,7 @@ _REASONS = {
         "--rotary-scaling-factor --rotary-seq-len-interpolation-factor --rope-type "
         "--mscale --mscale-all-dim --glu-linear-offset --activation-func-clamp-value "
         "--softmax-type --apply-query-key-layer-scaling --fp8-amax-history-len "
-        "--fp8-amax-compute-algo --fp8-margin --fp8-interval --cross-entropy-fusion-impl "
+        "--fp8-amax-compute-algo --fp8-margin --fp8-interval "
         "--bf16-reduced-precision-matmul"),
     "MoE router numerics and load-balancing losses (a few element-wise ops on the "
     "tokens x experts scores)": (

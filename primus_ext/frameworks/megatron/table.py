@@ -175,6 +175,8 @@ TRAIN = (
     _f("--no-attention-softmax-in-fp32", "train.attention_softmax_in_fp32", False),
     _f("--attention-softmax-in-fp32", "train.attention_softmax_in_fp32", False),
     _f("--cross-entropy-loss-fusion", "train.cross_entropy_loss_fusion", False),
+    _f("--cross-entropy-fusion-impl", "train.cross_entropy_fusion_impl", "native", str,
+       choices=("native", "te")),
     _f("--optimizer", "train.optimizer", "adam", str, choices=("adam", "sgd")),
     _f("--use-precision-aware-optimizer", "train.use_precision_aware_optimizer", False),
     _f("--main-grads-dtype", "train.main_grads_dtype", "fp32", str, choices=("fp32", "bf16")),
@@ -183,6 +185,8 @@ TRAIN = (
     _f("--exp-avg-sq-dtype", "train.exp_avg_sq_dtype", "fp32", str, choices=OPT_DTYPES),
     _f("--fine-grained-activation-offloading", "train.offload_modules", False),
     _f("--offload-modules", "train.offload_modules", None, str, nargs="*"),
+    _f("--cpu-offloading", "train.cpu_offloading_num_layers", False),
+    _f("--cpu-offloading-num-layers", "train.cpu_offloading_num_layers", 0, int),
     _f("--train-iters", "", type=int),
 )
 # primus-ext's own flags (the launcher and its outputs; not Megatron-LM flags).
