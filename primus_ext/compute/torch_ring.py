@@ -30,7 +30,8 @@ writes the fp32 running output (10 B per output element); a backward step reads 
 gradients and reads and writes the fp32 accumulators (10 B per Q, K and V element).
 Eager: the merge is six kernels (cast 6 B, ``out - out_i`` 12 B, ``sigmoid * diff`` 8 B,
 ``out - ...`` 12 B per element) and the unused K/V ``cat`` of each step (the all-gather
-rotater ignores it) is paid; the backward also zero-fills its accumulators, re-copies
+rotater ignores it) is paid; the backward also zero-fills its accumulators (in the
+inputs' transposed layout, so the first ``flatten`` for the send copies dK/dV), re-copies
 the whole dK/dV accumulator in ``_partial_update`` (8 B) and concatenates dK/dV for the
 send (8 B). The busiest rank is costed: the last one, whose later steps all take the
 full queries and half the keys (no partial merge of the output).
@@ -69,8 +70,8 @@ def ring_merge_op(sh: Shapes, d_qk: int, d_v: int) -> OpCost:
     else:
         fwd = (2 * gather_in + 6 * o + 38 * o * (cp - 1) + 4 * kv * max(cp - 2, 0)
                + 6 * o)
-        bwd = (2 * gather_in + 4 * (q + kv) + 10 * q * cp + 10 * kv + 13 * kv * (cp - 1)
-               + 8 * kv * cp + 4 * kv * max(cp - 2, 0) + 6 * q + 6 * kv)
+        bwd = (2 * gather_in + 4 * (q + kv) + 8 * kv + 10 * q * cp + 10 * kv
+               + 13 * kv * (cp - 1) + 8 * kv * cp + 4 * kv * max(cp - 2, 0) + 6 * q + 6 * kv)
         k_f, k_b = 3 + 7 * (cp - 1), 6 + 6 * cp
     return memory_op(sh, "cp_ring_merge", "core_attn", fwd, bwd, fwd_kernels=k_f,
                      bwd_kernels=k_b)
