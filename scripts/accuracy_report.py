@@ -69,8 +69,8 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   last transfer exposed, and the fp32 merge / accumulation traffic between the calls.
   The 405B rows, whose CP group spans nodes (TP 8 fills a node), move 16x the K/V bytes
   of the kv groups over the NICs; priors-only they went from +37/+39/+61 % to
-  {t405} % (CP 2/4/8). The 8B rows with CP 4-8 (128k-256k tokens, one node) are still
-  projected {t8b} % fast priors-only while CP 1-2 land within {t8b12} %: at fixed
+  +26/+25/+37 % (CP 2/4/8). The 8B rows with CP 4-8 (128k-256k tokens, one node) are still
+  projected 50-60 % fast priors-only while CP 1-2 land within 18 %: at fixed
   tokens per rank their measured attention rate drops by a third between CP 2 and
   CP 4 (about 255 to 180 TFLOP/s), which no per-step cost of the ring explains (every
   step does the same work on the same shapes at any CP degree). This hardware appears
@@ -78,8 +78,13 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
 - **llm-foundry MPT on H100 (2023 stack)**: the no-recompute rows of the small models
   (1B-7B) are projected 20-40 % faster than measured (their measured MFU equals that of
   the 70B run with full recompute, i.e. a much lower hardware FLOP rate); rows with
-  recompute land within 10-20 %. Eager PyTorch, FSDP1 and the flash-attention
-  implementation of that stack are modelled; small-model overheads beyond them are not.
+  recompute land within 10-20 %. Two facts of that stack are not modelled yet: the
+  8-GPU H100 table (llm-foundry b2a43a147, Oct 2023) ran ``submit_benchmarks.py``'s
+  default ``attn_impl: triton`` (its ``sweep.sh`` sets none; the reader costs FA2), which
+  fits the error growing with sequence length (MPT-3B FP8 +16 % at 2k, +38 % at 8k); and
+  the 512-GPU rows (5e85bd62d, Jan 2024: FA2 for 1B-7B, Triton for 13B/30B) lose 8-10 %
+  of throughput per GPU from 128 to 512 GPUs in that README's own table, where the
+  model's FSDP collectives stay hidden at any scale.
 - **Megatron-LM README weak-scaling rows (core_r0.8.0)**: measured tokens/s are recovered
   with that release's FLOP formula (attention not halved for the causal mask), and the
   interleaved schedule follows from the PP communication overlap they state; the micro
