@@ -61,17 +61,30 @@ BOUNDS = dict(cal_med=0.06, cal_p90=0.16, pri_med=0.10, loso_med=0.10, loso_p90=
 
 LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too little)
 
-- **torchtitan long-context CP rows (H100-96GB-500W, 128k-256k tokens, CP 4-8)**:
-  projected 35-65 % faster than measured; CP 1-2 rows of the same source land within
-  17 %. torchtitan's context parallelism (PyTorch ``context_parallel``, all-gather
-  rotation, FP32 merges of the partial outputs) is modelled as chunked flash attention
-  plus the all-gather and the merge traffic is not; no mechanism found yet explains a
-  loss that grows with the CP degree. These rows set the leave-one-source-out p90.
+- **torchtitan CP rows (H100-96GB-500W)**: torchtitan's context parallelism is costed
+  as PyTorch's ``context_parallel`` runs it (torch ``_templated_ring_attention``, the
+  Dec 2024 benchmark build; ``compute/torch_ring.py``): load-balanced causal ring of
+  ``cp`` flash calls, K/V repeated to the query heads before SDPA (torchtitan
+  ``repeat_kv``) in both all-gathers, dK/dV rotated in fp32 each backward step with the
+  last transfer exposed, and the fp32 merge / accumulation traffic between the calls.
+  The 405B rows, whose CP group spans nodes (TP 8 fills a node), move 16x the K/V bytes
+  of the kv groups over the NICs; priors-only they went from +37/+39/+61 % to
+  +26/+25/+37 % (CP 2/4/8). The 8B rows with CP 4-8 (128k-256k tokens, one node) are still
+  projected 50-60 % fast priors-only while CP 1-2 land within 18 %: at fixed
+  tokens per rank their measured attention rate drops by a third between CP 2 and
+  CP 4 (about 255 to 180 TFLOP/s), which no per-step cost of the ring explains (every
+  step does the same work on the same shapes at any CP degree). This hardware appears
+  in this source only, so its priors-only and held-out figures are the same.
 - **llm-foundry MPT on H100 (2023 stack)**: the no-recompute rows of the small models
   (1B-7B) are projected 20-40 % faster than measured (their measured MFU equals that of
   the 70B run with full recompute, i.e. a much lower hardware FLOP rate); rows with
-  recompute land within 10-20 %. Eager PyTorch, FSDP1 and the flash-attention
-  implementation of that stack are modelled; small-model overheads beyond them are not.
+  recompute land within 10-20 %. Two facts of that stack are not modelled yet: the
+  8-GPU H100 table (llm-foundry b2a43a147, Oct 2023) ran ``submit_benchmarks.py``'s
+  default ``attn_impl: triton`` (its ``sweep.sh`` sets none; the reader costs FA2), which
+  fits the error growing with sequence length (MPT-3B FP8 +16 % at 2k, +38 % at 8k); and
+  the 512-GPU rows (5e85bd62d, Jan 2024: FA2 for 1B-7B, Triton for 13B/30B) lose 8-10 %
+  of throughput per GPU from 128 to 512 GPUs in that README's own table, where the
+  model's FSDP collectives stay hidden at any scale.
 - **Megatron-LM README weak-scaling rows (core_r0.8.0)**: measured tokens/s are recovered
   with that release's FLOP formula (attention not halved for the causal mask), and the
   interleaved schedule follows from the PP communication overlap they state; the micro

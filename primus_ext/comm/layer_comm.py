@@ -17,10 +17,11 @@ exposed, hidden time charged ``comm_overlap_penalty``):
 - **CP p2p** (ring attention): ``cp - 1`` K/V exchanges per forward (K/V plus dK/dV in
   backward), each overlapped with the attention step on the previous chunk.
   **CP a2a** (Ulysses): Q, K, V in and O out per forward, the mirror in backward; exposed.
-  **CP allgather**: one all-gather of the sequence's K/V per forward; in backward a
-  second gather and a reduce-scatter of dK/dV. PyTorch context_parallel
-  (rotate_method=allgather, torchtitan) issues the gather asynchronously behind the
-  first (local) attention step. Transformer Engine's ``AttnFuncWithCPAndKVAllGather``
+  **CP allgather**: one all-gather of the sequence's K/V per forward and another in
+  backward. PyTorch context_parallel (rotate_method=allgather, torchtitan;
+  ``torch_ring_comms``) issues each gather asynchronously behind the first (local)
+  attention step and rotates dK/dV in fp32 step by step. Transformer Engine's
+  ``AttnFuncWithCPAndKVAllGather``
   (megatron-core cp_comm_type=all_gather, ``uses_te``) gathers K/V synchronously before
   any attention call (``gather_along_first_dim`` without async_op, forward and
   backward) and reduce-scatters dK/dV after the last: all three exposed.
@@ -138,20 +139,16 @@ def cp_comms(spec: RunSpec, sh: Shapes, attn: OpCost) -> list[Tagged]:
                 _comm(spec, "attn.cp_all_to_all_bwd", "cp", "all_to_all", qo + kv, "bwd",
                       None, "core_attn")]
     if spec.parallel.cp_comm_type == "allgather":
-        # K/V of the whole sequence gathered once per layer (cp * kv bytes), issued
-        # asynchronously and overlapped with the first (local) attention call only; the
-        # backward gathers K/V again and reduce-scatters dK/dV behind its first call.
-        # Transformer Engine's variant is synchronous (module docstring): no window.
-        full = kv * cp
-        te = uses_te(spec)
-        w_f = None if te else attn.fwd_s / cp
-        w_b = None if te else attn.dgrad_s / (2 * cp)
-        return [_comm(spec, "attn.cp_all_gather", "cp", "all_gather", full, "fwd", w_f,
-                      "core_attn"),
-                _comm(spec, "attn.cp_all_gather_bwd", "cp", "all_gather", full, "bwd", w_b,
-                      "core_attn"),
-                _comm(spec, "attn.cp_reduce_scatter_dkv", "cp", "reduce_scatter", full,
-                      "bwd", w_b, "core_attn")]
+        if uses_te(spec):
+            # Transformer Engine's variant is synchronous (module docstring): no window.
+            full = kv * cp
+            return [_comm(spec, "attn.cp_all_gather", "cp", "all_gather", full, "fwd", None,
+                          "core_attn"),
+                    _comm(spec, "attn.cp_all_gather_bwd", "cp", "all_gather", full, "bwd",
+                          None, "core_attn"),
+                    _comm(spec, "attn.cp_reduce_scatter_dkv", "cp", "reduce_scatter", full,
+                          "bwd", None, "core_attn")]
+        return torch_ring_comms(spec, sh, attn)
     span = group_span(spec, "cp")
     hw = spec.cluster.hardware
     out = []
@@ -162,6 +159,34 @@ def cp_comms(spec: RunSpec, sh: Shapes, attn: OpCost) -> list[Tagged]:
         out.append((CommOp(name=f"attn.cp_ring_p2p_{phase}", axis="cp", collective="p2p",
                            num_bytes=int(nbytes * (cp - 1)), group_size=cp, phase=phase,
                            seconds=(cp - 1) * step, exposed_s=exp), "core_attn"))
+    return out
+
+
+def torch_ring_comms(spec: RunSpec, sh: Shapes, attn: OpCost) -> list[Tagged]:
+    """PyTorch ``context_parallel`` (torchtitan; compute/torch_ring.py): K/V, repeated to
+    ``heads`` by torchtitan's ``repeat_kv``, all-gathered once per forward behind the
+    first (local) flash call, and again in backward; dK/dV rotated in fp32 by one
+    ``permute_tensor`` per backward step (``dkv_rotater`` is ALL_TO_ALL), each waited
+    one step later behind that step's flash backward, the last after the loop
+    (exposed)."""
+    cp = sh.cp
+    m = spec.model
+    d_k = m.qk_head_dim + m.qk_pos_emb_head_dim if m.multi_latent_attention else sh.head_dim
+    d_v = m.v_head_dim if m.multi_latent_attention else sh.head_dim
+    kv = sh.tokens * sh.heads * (d_k + d_v) * sh.act_bytes
+    step_f, step_b = attn.fwd_s / cp, attn.dgrad_s / cp
+    out = [_comm(spec, "attn.cp_all_gather", "cp", "all_gather", kv * cp, "fwd", step_f,
+                 "core_attn"),
+           _comm(spec, "attn.cp_all_gather_bwd", "cp", "all_gather", kv * cp, "bwd", step_b,
+                 "core_attn")]
+    span = group_span(spec, "cp")
+    hw = spec.cluster.hardware
+    dkv = kv * 4 / sh.act_bytes  # fp32 accumulators
+    one = p2p_s(hw, dkv, cross_domain=not span.intra_domain, domain_size=span.domain_size)
+    exp = (cp - 1) * exposed_s(hw, one, step_b) + one
+    out.append((CommOp(name="attn.cp_dkv_rotate", axis="cp", collective="p2p",
+                       num_bytes=int(dkv * cp), group_size=cp, phase="bwd", seconds=cp * one,
+                       exposed_s=exp), "core_attn"))
     return out
 
 

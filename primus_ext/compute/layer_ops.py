@@ -19,6 +19,7 @@ from primus_ext.compute.attention import flash_attention, mean_keys_per_query, \
     unfused_attention
 from primus_ext.compute.ops import OpCost, Shapes, bias_dropout_add, gated_activation, \
     linear, memory_op, norm
+from primus_ext.compute.torch_ring import is_torch_ring, ring_merge_op
 
 
 def core_attention(sh: Shapes, *, window: int | None, d_qk: int, d_v: int,
@@ -76,6 +77,8 @@ def attention_ops(sh: Shapes, window: int | None) -> list[OpCost]:
     if m.position_embedding_type == "rope":
         ops.append(_rope(sh, t, q + kv))
     ops.append(core_attention(sh, window=window, d_qk=d, d_v=d, kv_heads=sh.groups))
+    if is_torch_ring(sh):
+        ops.append(ring_merge_op(sh, d, d))
     ops.append(linear(sh, "proj", "proj", t, q, h))
     ops.append(bias_dropout_add(sh, "attn_bda", sh.sp_tokens))
     return ops
@@ -109,6 +112,8 @@ def mla_ops(sh: Shapes, window: int | None) -> list[OpCost]:
                       heads * (m.qk_head_dim + m.v_head_dim)))
     ops.append(_rope(sh, t, (heads + 1) * m.qk_pos_emb_head_dim, "mla_up_proj"))
     ops.append(core_attention(sh, window=window, d_qk=qk, d_v=m.v_head_dim, kv_heads=heads))
+    if is_torch_ring(sh):
+        ops.append(ring_merge_op(sh, qk, m.v_head_dim))
     ops.append(linear(sh, "proj", "proj", t, heads * m.v_head_dim, h))
     ops.append(bias_dropout_add(sh, "attn_bda", sh.sp_tokens))
     return ops

@@ -288,4 +288,9 @@ def test_cp_allgather_is_synchronous_in_transformer_engine():
                               "attn.cp_reduce_scatter_dkv"}
     for name, c in out[True].items():
         assert c.exposed_s == c.seconds
-        assert out[False][name].exposed_s < c.seconds
+    # PyTorch's ring (torchtitan): the gathers hide behind the local step; dK/dV rotate in
+    # fp32 step by step (tests/compute/test_torch_ring.py checks them against torch)
+    assert set(out[False]) == {"attn.cp_all_gather", "attn.cp_all_gather_bwd",
+                               "attn.cp_dkv_rotate"}
+    for name in ("attn.cp_all_gather", "attn.cp_all_gather_bwd"):
+        assert out[False][name].exposed_s < out[False][name].seconds
