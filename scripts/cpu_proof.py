@@ -26,7 +26,6 @@ import dataclasses
 import datetime
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,8 +33,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 from cpu_proof_doc import GOAL  # noqa: E402
+from proof_common import load as _load, med as _med, run as _run, \
+    torchrun as _torchrun  # noqa: E402
 RESULTS = ROOT / "docs" / "cpu-proof.json"
 
 
@@ -90,27 +92,6 @@ def _target_flags(c: Config) -> list[str]:
                             "--target-gpus-per-node", str(c.nproc)]
 
 
-def _env() -> dict:
-    drop = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-            "MASTER_PORT", "TORCHELASTIC_RUN_ID")
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), COLUMNS="200")
-    return env
-
-
-def _run(cmd: list[str], timeout: int) -> subprocess.CompletedProcess:
-    res = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True,
-                         timeout=timeout)
-    if res.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:6])} ... failed:\n{res.stderr[-4000:]}")
-    return res
-
-
-def _torchrun(nproc: int) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc-per-node={nproc}"]
-
-
 # ---- workers (run in their own processes) --------------------------------------------
 def microbench_worker(out: str, quick: bool) -> None:
     from primus_ext.frameworks.megatron.build import init_distributed, prepare_runtime
@@ -160,13 +141,6 @@ def real_run(c: Config, iters: int, tmp: Path) -> dict:
                                 "--timings-out", str(out)]
     _run(cmd, timeout=1800)
     return json.loads(out.read_text())
-
-
-def _load() -> float:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return float("nan")
 
 
 def project(c: Config, profile_path: str, fits: list[dict]):
@@ -288,12 +262,6 @@ def _meta(quick: bool, iters: int, repeats: int, rounds: int) -> dict:
             "repeats": repeats, "rounds": rounds, "cores": os.cpu_count(),
             "machine": platform.processor() or platform.machine() or "cpu",
             "torch": torch.__version__}
-
-
-def _med(xs: list[float]) -> float:
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
 
 
 def _print(rows: list[dict]) -> None:

@@ -288,10 +288,13 @@ def fsdp_comms(spec: RunSpec, dense_params: float, expert_params: float,
     """Per-layer FSDP collectives (one microbatch): parameters gathered in forward and
     again in backward (resharded after forward), gradients reduce-scattered in fp32
     (16-bit for fp16 runs or ``grad_reduce_in_fp32=False``), hidden behind the layer's
-    own compute of the phase."""
+    own compute of the phase where the device runs them on streams
+    (``hardware.collective_streams``; on a CPU each blocks its rank: all exposed)."""
     if not spec.parallel.fsdp:
         return []
     hw = spec.cluster.hardware
+    if not hw.collective_streams:
+        fwd_window = bwd_window = None
     pb = spec.train.param_bytes
     gb = grad_bytes_per_param(spec)
     out: list[Tagged] = []
@@ -304,9 +307,14 @@ def fsdp_comms(spec: RunSpec, dense_params: float, expert_params: float,
         ax = "dp" if axis == "dp_cp" else "edp"
         for name, coll, secs, nbytes, phase, win in (
                 ("fsdp_all_gather", "all_gather", ag, n * pb, "fwd", fwd_window),
-                ("fsdp_all_gather_bwd", "all_gather", ag, n * pb, "bwd", bwd_window / 2),
-                ("fsdp_reduce_scatter", "reduce_scatter", rs, n * gb, "bwd", bwd_window / 2)):
+                ("fsdp_all_gather_bwd", "all_gather", ag, n * pb, "bwd", _half(bwd_window)),
+                ("fsdp_reduce_scatter", "reduce_scatter", rs, n * gb, "bwd",
+                 _half(bwd_window))):
             out.append((CommOp(name=f"{prefix}.{name}_{ax}", axis=ax, collective=coll,
                                num_bytes=int(nbytes), group_size=span.size, phase=phase,
                                seconds=secs, exposed_s=exposed_s(hw, secs, win)), "fsdp"))
     return out
+
+
+def _half(window: float | None) -> float | None:
+    return None if window is None else window / 2

@@ -41,6 +41,7 @@ from primus_ext.project.profile import CommFit, Profile, rank_shapes
 from primus_ext.presets import hardware_preset
 from primus_ext.compute.costs import CommOp, LayerCost, LayerCosts
 from primus_ext.project.moe_balance import busiest_rank_factor
+from primus_ext.project.torchtitan import simulated_view
 from primus_ext.project.profile_hardware import calibrated_spec, fitted_hardware, \
     measured_spec, same_hardware  # noqa: F401 - fitted_hardware: re-exported
 from primus_ext.spec import RunSpec
@@ -306,6 +307,8 @@ def layer_costs_from_profile(profile: Profile, target_spec: RunSpec) -> LayerCos
         return LayerCosts(kinds=dict(sim.kinds), decoder_kinds=sim.decoder_kinds,
                           source=f"profile:{profile.created}:simulated-times", notes=notes)
     meas = measured_spec(profile, target_spec)
+    if meas.framework == "torchtitan":  # a torchtitan target given unviewed
+        meas = simulated_view(meas)
     rules: list[str] = []
     kinds: dict[str, LayerCost] = {}
     measured, simulated = [], []
@@ -371,7 +374,10 @@ def project_from_profile(profile: Profile | str, target_spec: RunSpec, *,
         calib = calibration if isinstance(calibration, Calibration) else \
             load_calibration(calibration)
         spec = calib.apply(target_spec)
-    costs = layer_costs_from_profile(profile, spec)
+    # A torchtitan target's layers are costed on its megatron-equivalent layout, as the
+    # estimate composes its step (project/torchtitan.py: FSDP2's per-block collectives).
+    costs = layer_costs_from_profile(
+        profile, simulated_view(spec) if spec.framework == "torchtitan" else spec)
     return project(spec, costs=costs, calibration=None, **kwargs)
 
 

@@ -84,6 +84,15 @@ class HardwareSpec:
     a2a_peer_latency_s: float = 0.5e-6  # per peer of an all-to-all
     scale_up_mesh: bool = False  # True: point-to-point links, no switch (AMD xGMI)
     comm_overlap_penalty: float = 0.10  # compute lost per second of overlapped comm (SMs)
+    # Collectives a framework issues on a side stream without ``async_op`` overlap compute
+    # only where the device has streams. A CPU has none (torch/cpu/__init__.py: Stream
+    # "only exists to facilitate device-agnostic code"), so FSDP2's all-gathers and
+    # reduce-scatters (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py
+    # foreach_all_gather / foreach_reduce, issued with async_op=False on the all-gather /
+    # reduce-scatter streams) block their rank until done: False exposes them whole.
+    # Collectives issued with ``async_op=True`` (megatron-core's gradient buckets and TP
+    # wgrad gathers, p2p) still run on the backend's own threads (gloo) and overlap.
+    collective_streams: bool = True
     tdp_w: float | None = None
     # Presets of the same silicon at the same power (H100 / H200 / H800 SXM at 700 W) share
     # fitted efficiency constants: a preset without measured rows of its own takes those

@@ -14,51 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-import select
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from contextlib import contextmanager
 
-# The launcher's process-group settings a neighbour must not inherit: under torchrun the
-# rank's env says "join the agent's store" (TORCHELASTIC_USE_AGENT_STORE=True, the agent's
-# MASTER_ADDR/PORT); a neighbour that inherits it waits in init_process_group as a client
-# of a store nobody serves for it. It starts its own one-process group instead.
-_DIST_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-             "MASTER_PORT", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME",
-             "ROLE_WORLD_SIZE", "LOCAL_ADDR")
-_DIST_PREFIXES = ("TORCHELASTIC_", "TORCH_ELASTIC_")
-# How long a neighbour may take to print "ready" (interpreter start, megatron-core import,
-# model build and one training step on a busy 2-core machine take about a minute).
-READY_TIMEOUT_S = 600.0
-
-
-def neighbour_env(environ=None) -> dict[str, str]:
-    """The environment of a neighbour: the caller's, without process-group settings,
-    one thread."""
-    environ = os.environ if environ is None else environ
-    env = {k: v for k, v in environ.items()
-           if k not in _DIST_ENV and not k.startswith(_DIST_PREFIXES)}
-    env["OMP_NUM_THREADS"] = "1"
-    return env
-
-
-def wait_ready(procs: list, timeout_s: float = READY_TIMEOUT_S) -> None:
-    """Wait for every neighbour's "ready" line, at most ``timeout_s`` in all; a neighbour
-    that exits first or stays silent is an error (never a silent hang)."""
-    deadline = time.monotonic() + timeout_s
-    for p in procs:
-        left = deadline - time.monotonic()
-        ready, _, _ = select.select([p.stdout], [], [], max(left, 0.0))
-        if not ready:
-            raise TimeoutError(f"contention probe: a neighbour process (pid {p.pid}) did "
-                               f"not start within {timeout_s:.0f} s")
-        line = p.stdout.readline()
-        if line.strip() != "ready":
-            raise RuntimeError(f"contention probe: a neighbour process (pid {p.pid}) "
-                               f"exited before it was ready (exit code {p.poll()})")
+from primus_ext.measure.neighbours import READY_TIMEOUT_S, Neighbours, \
+    neighbour_env, spawn, wait_ready  # noqa: F401 - re-exported
 
 
 def _burn(tokens: int, hidden: int, ffn: int, heads: int, seq: int) -> None:
@@ -95,29 +56,6 @@ def _train(overrides_path: str) -> None:
         train_step(built, iters, spec.num_microbatches)
 
 
-class Neighbours:
-    """The helper processes of ``busy_neighbours``: ``pause()`` stops them (SIGSTOP),
-    ``resume()`` lets them run again (SIGCONT), so busy and quiet passes can alternate
-    without paying their start-up each time."""
-
-    def __init__(self, procs: list) -> None:
-        self.procs = procs
-
-    def __len__(self) -> int:
-        return len(self.procs)
-
-    def _signal(self, sig) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                os.kill(p.pid, sig)
-
-    def pause(self) -> None:
-        self._signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        self._signal(signal.SIGCONT)
-
-
 @contextmanager
 def busy_neighbours(num: int, shapes: dict, spec=None):
     """Run ``num`` helper processes loading one core each until the block ends (a fresh
@@ -127,7 +65,6 @@ def busy_neighbours(num: int, shapes: dict, spec=None):
     if num <= 0:
         yield Neighbours([])
         return
-    env = neighbour_env()
     tmp = None
     if spec is not None and spec.world_size == 1:
         from primus_ext.presets.overrides import spec_overrides
@@ -139,24 +76,11 @@ def busy_neighbours(num: int, shapes: dict, spec=None):
         args = [str(int(shapes.get("tokens", 1024))), str(int(shapes.get("hidden_size", 1024))),
                 str(int(shapes.get("ffn", 4096))), str(int(shapes.get("heads", 8))),
                 str(min(int(shapes.get("seq_length", 1024)), 2048))]
-    procs = [subprocess.Popen([sys.executable, "-m",
-                               "primus_ext.frameworks.megatron.contention"] + args,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                              env=env)
-             for _ in range(num)]
+    cmd = [sys.executable, "-m", "primus_ext.frameworks.megatron.contention"] + args
     try:
-        wait_ready(procs)
-        yield Neighbours(procs)
+        with spawn([cmd] * num) as nb:
+            yield nb
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.kill(p.pid, signal.SIGCONT)  # a stopped process cannot act on TERM
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
         if tmp is not None:
             os.unlink(tmp.name)
 

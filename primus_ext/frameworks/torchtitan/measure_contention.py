@@ -7,7 +7,8 @@ amount that depends on what they run. As megatron-core's measurement does with i
 spec (``frameworks/megatron/contention.py``), each neighbour here is what another rank
 of the target runs: torchtitan's Trainer of the same downscaled model and line, in its
 own one-process group, training until it is terminated (paused and resumed with
-``Neighbours.pause/resume``). On a machine that other work already loads, the busy
+``Neighbours.pause/resume``; spawning, the bounded wait for "ready" and the
+teardown are shared with megatron-core's in ``primus_ext.measure.neighbours``). On a machine that other work already loads, the busy
 passes share the cores more than two ways and the slowdown reaches the core count
 (docs/cpu-proof-torchtitan.md).
 
@@ -17,40 +18,22 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 from contextlib import contextmanager
 
+
 @contextmanager
 def titan_neighbours(num: int, dims_json: str, assets: str, argv: list[str]):
-    """``num`` neighbour processes training the measured model; yields megatron's
-    ``Neighbours`` (pause / resume) once each has finished a step."""
-    from primus_ext.frameworks.megatron.contention import Neighbours, neighbour_env
+    """``num`` neighbour processes training the measured model; yields a running
+    ``primus_ext.measure.neighbours.Neighbours`` (pause / resume) once each has finished
+    a step (a bounded wait; stopped when the block ends)."""
+    from primus_ext.measure.neighbours import Neighbours, spawn
     if num <= 0:
         yield Neighbours([])
         return
-    env = neighbour_env()  # no torchrun agent-store settings (they made neighbours hang)
-    procs = [subprocess.Popen([sys.executable, "-m", __name__, dims_json, assets,
-                               json.dumps(argv)], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True, env=env)
-             for _ in range(num)]
-    try:
-        for p in procs:
-            for line in p.stdout:  # torchtitan logs to stderr; "ready" (or EOF if it died)
-                if line.strip() == "ready":
-                    break
-        yield Neighbours(procs)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.kill(p.pid, signal.SIGCONT)  # a stopped process cannot act on TERM
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+    cmd = [sys.executable, "-m", __name__, dims_json, assets, json.dumps(argv)]
+    with spawn([cmd] * num) as nb:
+        yield nb
 
 
 def _train(dims_json: str, assets: str, argv: list[str]) -> None:

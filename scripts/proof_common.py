@@ -1,0 +1,93 @@
+"""What the CPU proofs share (scripts/cpu_proof.py for megatron-core,
+scripts/cpu_proof_torchtitan.py for torchtitan; their goal is cpu_proof_doc.GOAL): the
+child-process environment and runner, the torchrun prefix, the machine's load, the
+median, the collective microbenchmark fits put into a profile, the steady-state steps of
+a real run and the version line of the results.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def env() -> dict:
+    """A child's environment: no process-group settings of ours, one thread, the repo on
+    the path."""
+    drop = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+            "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+    out = {k: v for k, v in os.environ.items() if k not in drop}
+    out.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), COLUMNS="200")
+    return out
+
+
+def run(cmd: list[str], timeout: int) -> subprocess.CompletedProcess:
+    res = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True,
+                         timeout=timeout)
+    if res.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:6])} ... failed:\n{res.stderr[-4000:]}")
+    return res
+
+
+def torchrun(nproc: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={nproc}"]
+
+
+def load() -> float:
+    """The 1-minute load average (other work on the machine shows up here)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
+def med(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def steady_steps(steps: list[float], warmup: int) -> list[float]:
+    """The steps after the first ``warmup`` (allocator, oneDNN kernel caches and
+    gloo's connections settle in them), or all of them if that leaves fewer than 3."""
+    return steps[warmup:] if len(steps) - warmup >= 3 else list(steps)
+
+
+def with_fits(profile_path: str, fits: list[dict]):
+    """The Profile at ``profile_path`` with the microbenchmark ``fits`` (the JSON that
+    ``fit_collectives`` writes) as its ``comm_fits``."""
+    from primus_ext.project.profile import CommFit, Profile
+    prof = Profile.load(profile_path)
+    return dataclasses.replace(prof, comm_fits=tuple(
+        CommFit(**{**f, "points": tuple(tuple(p) for p in f["points"])}) for f in fits))
+
+
+def fit_collectives(out: str, max_log2: int, repeats: int) -> None:
+    """In every process of an initialised group: benchmark the collectives
+    (``primus_ext.measure.microbench``, sizes 1 KiB to 2**max_log2 bytes) and write the
+    alpha-beta fits to ``out`` from rank 0."""
+    import torch.distributed as dist
+
+    from primus_ext.measure.microbench import run_microbenchmarks
+    sizes = tuple(2 ** k for k in range(10, max_log2, 2))
+    fits = run_microbenchmarks({}, sizes=sizes, repeats=repeats)
+    if dist.get_rank() == 0:
+        Path(out).write_text(json.dumps([dataclasses.asdict(f) for f in fits]))
+    dist.destroy_process_group()
+
+
+def meta(quick: bool, iters: int, repeats: int, rounds: int, **extra) -> dict:
+    import platform
+
+    import torch
+    return {"date": datetime.date.today().isoformat(), "quick": quick, "iters": iters,
+            "repeats": repeats, "rounds": rounds, "cores": os.cpu_count(),
+            "machine": platform.processor() or platform.machine() or "cpu",
+            "torch": torch.__version__, **extra}
