@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
-import os
 import sys
 import tempfile
 import time
@@ -34,7 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from cpu_proof import GOAL, _load, _med, _run, _torchrun  # noqa: E402
+from proof_common import GOAL, fit_collectives, load as _load, med as _med, \
+    meta as _proof_meta, run as _run, steady_steps, torchrun as _torchrun, \
+    with_fits  # noqa: E402
 
 RESULTS = ROOT / "docs" / "cpu-proof-torchtitan.json"
 NOTES = """## Where the errors come from
@@ -63,6 +63,10 @@ NOTES = """## Where the errors come from
   alpha-beta fits of the collectives moved 4x between rounds.
 """
 REGISTRY = ["--module", "llama3", "--config", "llama3_debugmodel"]
+# Real-run steps left out of the median: the first ones build oneDNN kernels, grow the
+# allocator's pools and open gloo's pairs (1.2-2.8 s against a steady 0.9-1.7 s on this
+# machine, docs/cpu-proof-torchtitan.json); the measurement drops its first 2 likewise.
+WARMUP_STEPS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,12 +133,7 @@ def configs(quick: bool) -> list[Config]:
 def microbench_worker(out: str, quick: bool) -> None:
     import torch.distributed as dist
     dist.init_process_group("gloo")
-    from primus_ext.measure.microbench import run_microbenchmarks
-    sizes = tuple(2 ** k for k in range(10, 21 if quick else 23, 2))
-    fits = run_microbenchmarks({}, sizes=sizes, repeats=5 if quick else 10)
-    if dist.get_rank() == 0:
-        Path(out).write_text(json.dumps([dataclasses.asdict(f) for f in fits]))
-    dist.destroy_process_group()
+    fit_collectives(out, 21 if quick else 23, 5 if quick else 10)
 
 
 def measure_worker(out: str, name: str, quick: bool, repeats: int) -> None:
@@ -158,17 +157,14 @@ def real_run(c: Config, quick: bool, iters: int, tmp: Path) -> dict:
                                 str(out), "activation-checkpoint:none"]
     _run(cmd, timeout=1800)
     steps = json.loads(out.read_text())["steps_s"]
-    return {"steps": steps, "median_step_s": _med(steps[2:] if len(steps) > 3 else steps)}
+    return {"steps": steps, "median_step_s": _med(steady_steps(steps, WARMUP_STEPS))}
 
 
 def project(c: Config, profile_path: str, fits: list[dict]):
     import primus_ext
     from primus_ext.project.from_profile import project_from_profile
-    from primus_ext.project.profile import CommFit, Profile
-    prof = Profile.load(profile_path)
-    prof = dataclasses.replace(prof, comm_fits=tuple(
-        CommFit(**{**f, "points": tuple(tuple(p) for p in f["points"])}) for f in fits))
-    return project_from_profile(prof, primus_ext.compose(list(c.overrides)))
+    return project_from_profile(with_fits(profile_path, fits),
+                                primus_ext.compose(list(c.overrides)))
 
 
 def main() -> int:
@@ -205,7 +201,7 @@ def main() -> int:
         raise SystemExit(f"--configs: unknown {unknown}; known: "
                          f"{[c.name for c in all_cfgs]}")
     cfgs = [c for c in all_cfgs if c.name in names]
-    iters = a.iters or (6 if a.quick else 12)
+    iters = a.iters or (6 if a.quick else 20)
     rounds = a.rounds or (1 if a.quick else 3)
     quick = ["--quick"] if a.quick else []
     t0 = time.time()
@@ -267,14 +263,9 @@ def main() -> int:
 
 
 def _meta(quick: bool, iters: int, repeats: int, rounds: int) -> dict:
-    import platform
     from importlib.metadata import version
-
-    import torch
-    return {"date": datetime.date.today().isoformat(), "quick": quick, "iters": iters,
-            "repeats": repeats, "rounds": rounds, "cores": os.cpu_count(),
-            "machine": platform.processor() or platform.machine() or "cpu",
-            "torch": torch.__version__, "torchtitan": version("torchtitan")}
+    return _proof_meta(quick, iters, repeats, rounds, torchtitan=version("torchtitan"),
+                       warmup_steps=WARMUP_STEPS)
 
 
 def _write_doc(results: dict) -> None:

@@ -113,3 +113,31 @@ def spawn(cmds: list[list[str]], timeout_s: float = READY_TIMEOUT_S):
         yield Neighbours(procs)
     finally:
         stop(procs)
+
+
+class PassClock:
+    """Wall and CPU seconds of one timed pass (this process).
+
+    A busy pass shares the cores with the neighbours; if other work also runs on the
+    machine, more processes are runnable than there are cores and the scheduler takes
+    turns, so the pass's wall time grows while this process is not running at all. The
+    target's ranks (one per core) do not take turns, and the other work is not the
+    target's. ``sliced`` is wall / CPU seconds: 1 when the process ran throughout, above
+    1 by the share of time it waited for a core; dividing a busy/quiet ratio by the
+    passes' ``sliced`` ratio keeps what the neighbours cost a running rank (shared
+    caches, memory bandwidth, a vCPU's sibling) and drops the turns."""
+
+    def __init__(self) -> None:
+        self.wall_s = self.cpu_s = 0.0
+
+    def __enter__(self) -> "PassClock":
+        self._w0, self._c0 = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall_s = time.perf_counter() - self._w0
+        self.cpu_s = time.process_time() - self._c0
+
+    @property
+    def sliced(self) -> float:
+        return max(self.wall_s / self.cpu_s, 1.0) if self.cpu_s > 0 else 1.0

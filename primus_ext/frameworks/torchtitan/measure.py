@@ -60,7 +60,8 @@ _REPLACED = ("--parallelism.data_parallel_shard_degree",
              "--parallelism.pipeline_parallel_microbatch_size",
              "--training.local_batch_size", "--training.global_batch_size",
              "--training.seq_len", "--training.steps", "--hf_assets_path",
-             "--dataloader.dataset_path", "--dump_folder", "--metrics.log_freq")
+             "--dataloader.dataset_path", "--dump_folder", "--metrics.log_freq",
+             "--parallelism.fsdp_reshard_after_forward")
 
 
 def strip_flags(argv: list[str], names=_REPLACED) -> list[str]:
@@ -83,8 +84,11 @@ def strip_flags(argv: list[str], names=_REPLACED) -> list[str]:
 
 
 def measured_argv(argv: list[str], down_spec: RunSpec, world: int, steps: int,
-                  num_microbatches: int, assets: str, dump: str) -> list[str]:
-    """The torchtitan line of the measured run (its layout, batch and local assets)."""
+                  num_microbatches: int, assets: str, dump: str,
+                  pipeline: bool = False) -> list[str]:
+    """The torchtitan line of the measured run (its layout, batch and local assets). A
+    pipeline target (``pipeline``) keeps FSDP2's parameters gathered after forward, as
+    torchtitan does under PP (``get_fsdp_reshard_after_forward_policy``)."""
     from primus_ext.frameworks.torchtitan.build import asset_flags
     p, t = down_spec.parallel, down_spec.train
     shard = world // (p.tp * p.cp)
@@ -97,6 +101,7 @@ def measured_argv(argv: list[str], down_spec: RunSpec, world: int, steps: int,
         "--training.global_batch_size", str(mbs * shard * num_microbatches),
         "--training.seq_len", str(t.seq_length), "--training.steps", str(steps),
         "--dump_folder", dump, "--metrics.log_freq", str(10 ** 6),
+        "--parallelism.fsdp_reshard_after_forward", "never" if pipeline else "default",
         *asset_flags(assets), "activation-checkpoint:none"]
 
 
@@ -186,8 +191,14 @@ def run_measurement(spec: RunSpec, argv: list[str],
         assets = opts.assets_dir or os.path.join(tmp, "assets")
         build.ensure_assets(assets, dims.vocab_size)
         steps = opts.warmup + opts.repeats
+        # A pipeline target's stage syncs FSDP2 once per step (step.py).
+        pipe = opts.num_microbatches if spec.parallel.pp > 1 else 0
+        if pipe:
+            rules.append("pp: FSDP2 parameters kept gathered after forward, gradients "
+                         "synced on the step's last microbatch (torchtitan's pipeline "
+                         "stage)")
         margv = measured_argv(argv, timing_spec, world, steps, opts.num_microbatches,
-                              assets, os.path.join(tmp, "dump"))
+                              assets, os.path.join(tmp, "dump"), pipeline=pipe > 0)
         config = build.trainer_config(margv, dims)
         trainer = build.build_trainer(config)
         try:
@@ -195,9 +206,10 @@ def run_measurement(spec: RunSpec, argv: list[str],
                 titan_neighbours
 
             def neighbours(num: int):
-                return titan_neighbours(num, dims.to_json(), assets, margv)
+                return titan_neighbours(num, dims.to_json(), assets, margv, pipe)
             profile = _measure(trainer, spec, down, timing_spec, world, opts, tracer,
-                               patches, rules, extra, neighbours, TitanTimer, StepRunner,
+                               patches, rules, extra, neighbours, TitanTimer,
+                               lambda t, timer: StepRunner(t, timer, pipe),
                                FunctionalCollectiveMode, _median)
         finally:
             build.teardown(trainer)
@@ -282,26 +294,32 @@ def _contention(runner, timer, spec, world: int, opts, neighbours) -> dict[str, 
     """Per-kind slowdown with every other core busy (CPU, fewer ranks than cores): the
     other cores run the same Trainer (``measure_contention.py``: what another rank of the
     target runs), paused and resumed over alternating passes of one step; the ratio of
-    the medians of the per-step times of each kind (forward + backward), kept in
-    [1, cores]."""
+    the medians of the per-step times of each kind (forward + backward), divided by the
+    ratio of the passes' time-slicing (``measure.neighbours.PassClock``: other work on
+    the machine makes a busy pass wait for a core, which the target's ranks do not),
+    kept in [1, cores]."""
     from collections import defaultdict
 
     import torch.distributed as dist
 
     from primus_ext.measure.aggregate import _timings
     from primus_ext.measure.hooks import _median
+    from primus_ext.measure.neighbours import PassClock
     cores = os.cpu_count() or 1
     free = cores - world
     if free <= 0:
         return {}
     busy: dict[str, list[float]] = defaultdict(list)
     quiet: dict[str, list[float]] = defaultdict(list)
+    sliced: dict[str, list[float]] = {"busy": [], "quiet": []}
 
-    def one_pass(into) -> None:
+    def one_pass(into, which: str) -> None:
         timer.reset()
         timer.enabled = True
-        runner.step()
+        with PassClock() as clock:
+            runner.step()
         timer.enabled = False
+        sliced[which].append(clock.sliced)
         for kind, d in _timings(spec, timer).items():
             if "fwd" in d:
                 into[kind].append(d["fwd"] + d.get("bwd", 0.0))
@@ -309,11 +327,12 @@ def _contention(runner, timer, spec, world: int, opts, neighbours) -> dict[str, 
     with neighbours(free) as nb:
         for _ in range(opts.contention_rounds):
             nb.resume()
-            one_pass(busy)
+            one_pass(busy, "busy")
             nb.pause()
-            one_pass(quiet)
+            one_pass(quiet, "quiet")
     timer.reset()
-    local = {k: min(max(_median(busy[k]) / _median(quiet[k]), 1.0), float(cores))
+    turns = _median(sliced["busy"]) / _median(sliced["quiet"])
+    local = {k: min(max(_median(busy[k]) / _median(quiet[k]) / turns, 1.0), float(cores))
              for k in busy if quiet.get(k) and _median(quiet[k]) > 0}
     # The slowest rank's factor (every rank must take part in the gather).
     everyone = [None] * dist.get_world_size()

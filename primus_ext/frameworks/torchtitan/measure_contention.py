@@ -12,7 +12,8 @@ teardown are shared with megatron-core's in ``primus_ext.measure.neighbours``). 
 passes share the cores more than two ways and the slowdown reaches the core count
 (docs/cpu-proof-torchtitan.md).
 
-    python -m primus_ext.frameworks.torchtitan.measure_contention DIMS_JSON ASSETS ARGV_JSON
+    python -m primus_ext.frameworks.torchtitan.measure_contention DIMS_JSON ASSETS ARGV_JSON \
+        [PIPELINE_MICROBATCHES]
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def titan_neighbours(num: int, dims_json: str, assets: str, argv: list[str]):
+def titan_neighbours(num: int, dims_json: str, assets: str, argv: list[str],
+                     pipeline_microbatches: int = 0):
     """``num`` neighbour processes training the measured model; yields a running
     ``primus_ext.measure.neighbours.Neighbours`` (pause / resume) once each has finished
     a step (a bounded wait; stopped when the block ends)."""
@@ -31,12 +33,14 @@ def titan_neighbours(num: int, dims_json: str, assets: str, argv: list[str]):
     if num <= 0:
         yield Neighbours([])
         return
-    cmd = [sys.executable, "-m", __name__, dims_json, assets, json.dumps(argv)]
+    cmd = [sys.executable, "-m", __name__, dims_json, assets, json.dumps(argv),
+           str(pipeline_microbatches)]
     with spawn([cmd] * num) as nb:
         yield nb
 
 
-def _train(dims_json: str, assets: str, argv: list[str]) -> None:
+def _train(dims_json: str, assets: str, argv: list[str],
+           pipeline_microbatches: int = 0) -> None:
     import torch
     torch.set_num_threads(1)
     from patches.torchtitan_apply import apply_torchtitan_cpu_patches
@@ -47,7 +51,7 @@ def _train(dims_json: str, assets: str, argv: list[str]) -> None:
     dims = build.ModelDims.from_json(dims_json)
     build.ensure_assets(assets, dims.vocab_size)
     trainer = build.build_trainer(build.trainer_config(argv, dims))
-    runner = StepRunner(trainer)
+    runner = StepRunner(trainer, pipeline_microbatches=pipeline_microbatches)
     runner.step()
     print("ready", flush=True)
     while True:  # until the parent terminates it
@@ -57,4 +61,5 @@ def _train(dims_json: str, assets: str, argv: list[str]) -> None:
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))))))
-    _train(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))
+    _train(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]),
+           int(sys.argv[4]) if len(sys.argv) > 4 else 0)
