@@ -39,28 +39,45 @@ from proof_common import GOAL, fit_collectives, load as _load, med as _med, \
 RESULTS = ROOT / "docs" / "cpu-proof-torchtitan.json"
 NOTES = """## Where the errors come from
 
-- **A machine shared with other work.** The 1-minute load average of this 2-core VM
-  (listed above) stayed near or above 3 during the runs: other processes held about
-  one core. Single real steps of one run varied up to 2x, and the same one-process
-  block time moved 1.5x between rounds.
-- **Contention of a busy node.** The one-process measurement times its blocks again with
-  the other core running the same Trainer (``measure_contention.py``), and the projector
-  applies that slowdown when the target keeps both cores busy. With other work already
-  on the machine the busy passes share the cores three ways or more: the factor ranged
-  from 1.0 to its cap of 2.0 (the core count) between targets measured minutes apart
-  (a plain bf16 GEMM ran 2.2x slower beside one neighbour at load 2.5). fsdp2's
-  measurements drew 2.0, its real runs did not slow that much (+55%).
-- **FSDP2 on a CPU does not overlap.** Compute is synchronous: a block's all-gather is
-  issued when its forward starts, after the previous block has finished (FSDP2's
-  implicit prefetch is a GPU stream effect), and the gloo transport shares the busy
-  cores. The comm model hides FSDP collectives behind the neighbouring blocks' compute
-  (as on GPUs), so fsdp2's projected data-parallel time is its exposed remainder only.
-- **TP over DTensor (-62%).** A real TP 2 step issues 4 all-gathers, 4 reduce-scatters
-  and 2 all-reduces per block and microbatch as functional collectives (tests/slow count
-  them against the comm model) and pays DTensor's Python dispatch on every op of every
-  block; the one-process measurement has per-rank shapes without TP, so neither. Its
-  projected compute (0.2-0.5 s) is a quarter of the real step (about 2 s); the
-  alpha-beta fits of the collectives moved 4x between rounds.
+Each phase ran under an exclusive CPU lock (no other timing or heavy work on the
+machine); short commands of other users could still run, and did (a 20 s test run beside
+round 3's fsdp2 real run: its steps 2-5 took 1.94-1.99 s against 1.06-1.22 s after).
+
+- **FSDP2 on a CPU does not overlap (fsdp2).** FSDP2 issues its all-gathers and
+  reduce-scatters with ``async_op=False`` on side streams
+  (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py); a CPU has no streams, so
+  each blocks its rank. The `cpu` preset says so (``collective_streams: false``) and the
+  comm model exposes them whole (0.28-0.44 s of the step). Before, the hybrid path costed
+  a torchtitan target's layers on its own spec, where ``parallel.fsdp`` is off, so the
+  FSDP2 collectives were not charged at all (-40% on a quiet machine). What is left
+  (rounds from +9% to -14%): FSDP2's copy-in / copy-out and gradient division around
+  each collective (aten::copy_ was 0.10 s of a profiled 0.9 s step), not modelled.
+- **PP stages sync FSDP2 once per step (pp2).** torchtitan wraps every stage in FSDP2
+  (here over one rank); torch's pipeline stage turns gradient sync and resharding off
+  for every microbatch but the last, and torchtitan keeps parameters gathered after
+  forward under PP. The one-process measurement accumulated gradients through plain
+  FSDP2 and paid a post-backward reduce per block and microbatch (2.8 ms of a 13.4 ms
+  block, profiled); it now runs its microbatches as a stage does.
+- **TP over DTensor (tp2), not within 15%.** A profiled real TP2 step (about 1.7 s)
+  issues 553 collectives (144 all-gathers, 144 reduce-scatters, 265 all-reduces; 0.47 s
+  waiting in ``wait_tensor``, 0.85 ms a call, near the fits' alpha of 0.6-0.9 ms),
+  against 368 in the comm model's megatron-core pattern, part of them hidden there:
+  torchtitan's loss parallelism all-reduces 3 times per loss chunk (8 chunks per
+  microbatch: 192 a step) and eager DTensor waits for every collective at the next op.
+  DTensor's Python dispatch (``PythonSubclass``, 0.29 s a step profiled) and
+  redistributions are on a CPU's critical path; the one-process measurement runs the
+  per-rank shapes without DTensor, so it has neither. Projected compute 0.42-0.58 s and
+  TP collectives 0.22-0.24 s; the rest of the real step is these.
+- **Contention of a busy node.** The measurement times its blocks again with the other
+  core running the same Trainer and divides the busy/quiet ratio by the passes'
+  time-slicing (wall / CPU seconds): with one outside busy process the factor had gone
+  from 1.02 to 1.28 (dense blocks) and 1.05 to 1.68 (embedding); corrected, 1.00 and
+  1.23. On a quiet machine it is 1.00-1.05.
+- **Warm-up and outside load in the real runs.** The first real steps build oneDNN
+  kernels and gloo pairs (0.47-2.37 s against a steady 0.3-1.9 s); the median leaves out
+  the first 3 of 20. Jumps in the earlier page's runs (tp2 1.3 to 2.1 s after step 3,
+  pp2 0.39 to 0.22 s) came with a load average of 2.6-3.8 and do not recur under the
+  lock: tp2 steps stay at 1.59-1.97 s, pp2 at 0.28-0.42 s.
 """
 REGISTRY = ["--module", "llama3", "--config", "llama3_debugmodel"]
 # Real-run steps left out of the median: the first ones build oneDNN kernels, grow the
@@ -285,7 +302,7 @@ def _write_doc(results: dict) -> None:
         "(alpha-beta fits); the target was projected from that profile and then trained "
         "for real by torchtitan's Trainer under torchrun "
         f"(`python -m primus_ext.frameworks.torchtitan.train`, {meta['iters']} steps, the "
-        "median of the steps after the first two). All of it "
+        f"median of the steps after the first {meta.get('warmup_steps', 2)}). All of it "
         f"{meta['rounds']} time(s); the table holds the medians over rounds.", "",
         f"Goal: every error within {GOAL:.0%}.", "",
         "| config | what | projected step (s) | measured step (s) | error |",
