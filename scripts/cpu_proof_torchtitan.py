@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from proof_common import GOAL, fit_collectives, load as _load, med as _med, \
+from cpu_proof_doc import GOAL  # noqa: E402
+from proof_common import fit_collectives, load as _load, med as _med, \
     meta as _proof_meta, run as _run, steady_steps, torchrun as _torchrun, \
     with_fits  # noqa: E402
 
