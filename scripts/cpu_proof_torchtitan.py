@@ -41,17 +41,18 @@ RESULTS = ROOT / "docs" / "cpu-proof-torchtitan.json"
 NOTES = """## Where the errors come from
 
 Each phase ran under an exclusive CPU lock (no other timing or heavy work on the
-machine); short commands of other users could still run, and did (a 20 s test run beside
-round 3's fsdp2 real run: its steps 2-5 took 1.94-1.99 s against 1.06-1.22 s after).
+machine; a sampler saw no other busy process). The machine's own speed still moves: an
+earlier run of the same code 50 minutes before gave fsdp2 -5.5%, tp2 -62.1%, pp2 -2.8%
+with steps 10-20% shorter on both sides.
 
 - **FSDP2 on a CPU does not overlap (fsdp2).** FSDP2 issues its all-gathers and
   reduce-scatters with ``async_op=False`` on side streams
   (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py); a CPU has no streams, so
   each blocks its rank. The `cpu` preset says so (``collective_streams: false``) and the
-  comm model exposes them whole (0.28-0.44 s of the step). Before, the hybrid path costed
+  comm model exposes them whole (0.33-0.37 s of the step). Before, the hybrid path costed
   a torchtitan target's layers on its own spec, where ``parallel.fsdp`` is off, so the
   FSDP2 collectives were not charged at all (-40% on a quiet machine). What is left
-  (rounds from +9% to -14%): FSDP2's copy-in / copy-out and gradient division around
+  (rounds from -7% to -18%): FSDP2's copy-in / copy-out and gradient division around
   each collective (aten::copy_ was 0.10 s of a profiled 0.9 s step), not modelled.
 - **PP stages sync FSDP2 once per step (pp2).** torchtitan wraps every stage in FSDP2
   (here over one rank); torch's pipeline stage turns gradient sync and resharding off
@@ -67,18 +68,18 @@ round 3's fsdp2 real run: its steps 2-5 took 1.94-1.99 s against 1.06-1.22 s aft
   microbatch: 192 a step) and eager DTensor waits for every collective at the next op.
   DTensor's Python dispatch (``PythonSubclass``, 0.29 s a step profiled) and
   redistributions are on a CPU's critical path; the one-process measurement runs the
-  per-rank shapes without DTensor, so it has neither. Projected compute 0.42-0.58 s and
-  TP collectives 0.22-0.24 s; the rest of the real step is these.
+  per-rank shapes without DTensor, so it has neither. Projected compute 0.57-1.07 s and
+  TP collectives 0.31-0.55 s against real steps of 2.07-2.30 s; the rest is these.
 - **Contention of a busy node.** The measurement times its blocks again with the other
   core running the same Trainer and divides the busy/quiet ratio by the passes'
   time-slicing (wall / CPU seconds): with one outside busy process the factor had gone
   from 1.02 to 1.28 (dense blocks) and 1.05 to 1.68 (embedding); corrected, 1.00 and
   1.23. On a quiet machine it is 1.00-1.05.
 - **Warm-up and outside load in the real runs.** The first real steps build oneDNN
-  kernels and gloo pairs (0.47-2.37 s against a steady 0.3-1.9 s); the median leaves out
+  kernels and gloo pairs (0.53-3.20 s against a steady 0.3-2.4 s); the median leaves out
   the first 3 of 20. Jumps in the earlier page's runs (tp2 1.3 to 2.1 s after step 3,
   pp2 0.39 to 0.22 s) came with a load average of 2.6-3.8 and do not recur under the
-  lock: tp2 steps stay at 1.59-1.97 s, pp2 at 0.28-0.42 s.
+  lock: after the first 3, tp2 steps stay within 1.91-2.61 s, pp2 within 0.32-0.51 s.
 """
 REGISTRY = ["--module", "llama3", "--config", "llama3_debugmodel"]
 # Real-run steps left out of the median: the first ones build oneDNN kernels, grow the
