@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from cpu_proof_doc import GOAL  # noqa: E402
+from proof_common import GOAL  # noqa: E402
 from proof_common import load as _load, med as _med, run as _run, \
     torchrun as _torchrun  # noqa: E402
 RESULTS = ROOT / "docs" / "cpu-proof.json"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from proof_common import result_table
+
 ROOT = Path(__file__).resolve().parents[1]
-GOAL = 0.15
 
 NOTES = """## Where the errors come from
 
@@ -79,12 +80,7 @@ def write_doc(results: dict) -> None:
              f"two). All of it {rounds} time(s): the table shows the median over rounds "
              "of the projection and of the measured step.",
              "",
-             f"Goal: every error within {GOAL:.0%}.", "",
-             "| config | what | projected step (s) | measured step (s) | error |",
-             "| --- | --- | ---: | ---: | ---: |"]
-    for r in rows:
-        lines.append(f"| {r['config']} | {r['what']} | {r['projected_step_s']:.4f} | "
-                     f"{r['measured_step_s']:.4f} | {r['error']:+.1%} |")
+             *result_table(rows)]
     errs = [x["projected"] / x["measured"] - 1 for r in rows for x in r["rounds"]]
     lines += ["", f"Single rounds are far noisier than the medians: their errors run from "
               f"{min(errs):+.0%} to {max(errs):+.0%} (listed below; the notes at the end "

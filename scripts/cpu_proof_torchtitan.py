@@ -32,10 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from cpu_proof_doc import GOAL  # noqa: E402
 from proof_common import fit_collectives, load as _load, med as _med, \
     meta as _proof_meta, run as _run, steady_steps, torchrun as _torchrun, \
-    with_fits  # noqa: E402
+    with_fits, result_table  # noqa: E402
 
 RESULTS = ROOT / "docs" / "cpu-proof-torchtitan.json"
 NOTES = """## Where the errors come from
@@ -306,12 +305,7 @@ def _write_doc(results: dict) -> None:
         f"(`python -m primus_ext.frameworks.torchtitan.train`, {meta['iters']} steps, the "
         f"median of the steps after the first {meta.get('warmup_steps', 2)}). All of it "
         f"{meta['rounds']} time(s); the table holds the medians over rounds.", "",
-        f"Goal: every error within {GOAL:.0%}.", "",
-        "| config | what | projected step (s) | measured step (s) | error |",
-        "| --- | --- | ---: | ---: | ---: |"]
-    for r in rows:
-        lines.append(f"| {r['config']} | {r['what']} | {r['projected_step_s']:.4f} | "
-                     f"{r['measured_step_s']:.4f} | {r['error']:+.1%} |")
+        *result_table(rows)]
     lines += ["", "Targets (primus-ext overrides; the same layout as torchtitan flags):", ""]
     for r in rows:
         lines.append(f"- {r['config']}: `{' '.join(r['overrides'])}`; "

@@ -1,5 +1,5 @@
 """What the CPU proofs share (scripts/cpu_proof.py for megatron-core,
-scripts/cpu_proof_torchtitan.py for torchtitan; their goal is cpu_proof_doc.GOAL): the
+scripts/cpu_proof_torchtitan.py for torchtitan; their goal is GOAL, below): the
 child-process environment and runner, the torchrun prefix, the machine's load, the
 median, the collective microbenchmark fits put into a profile, the steady-state steps of
 a real run and the version line of the results.
@@ -91,3 +91,18 @@ def meta(quick: bool, iters: int, repeats: int, rounds: int, **extra) -> dict:
             "repeats": repeats, "rounds": rounds, "cores": os.cpu_count(),
             "machine": platform.processor() or platform.machine() or "cpu",
             "torch": torch.__version__, **extra}
+
+
+# Every proof's goal: each config's median error within this.
+GOAL = 0.15
+
+
+def result_table(rows: list[dict]) -> list[str]:
+    """The goal line and the projected-against-measured table of a proof page."""
+    lines = [f"Goal: every error within {GOAL:.0%}.", "",
+             "| config | what | projected step (s) | measured step (s) | error |",
+             "| --- | --- | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['config']} | {r['what']} | {r['projected_step_s']:.4f} | "
+                     f"{r['measured_step_s']:.4f} | {r['error']:+.1%} |")
+    return lines
