@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import tempfile
 import time
@@ -161,7 +162,22 @@ def measure_worker(out: str, name: str, quick: bool, repeats: int) -> None:
     c = next(c for c in configs(quick) if c.name == name)
     spec = primus_ext.compose(list(c.overrides))
     opts = TitanMeasureOptions(warmup=2, repeats=repeats, num_microbatches=4)
-    run_measurement(spec, REGISTRY + list(c.flags), opts).save(out)
+    prof = run_measurement(spec, REGISTRY + list(c.flags), opts)
+    if int(os.environ.get("RANK", "0")) == 0:  # every rank returns the same Profile
+        prof.save(out)
+
+
+def measure_procs(c: Config) -> int:
+    """Processes of the measurement: the target's TP group on the local ranks, one
+    process otherwise (as scripts/cpu_proof.py). Over DTensor every TP collective is a
+    functional collective that the next op waits for, and each costs DTensor's Python
+    dispatch and redistribution around it: measured on the TP ranks, the blocks carry
+    that dispatch and each collective its in-situ blocked time, which from_profile costs
+    the modelled TP collectives at; one process runs the per-rank shapes without DTensor
+    (tp2 came out 45-62% low that way, docs/cpu-proof-torchtitan.md)."""
+    f = list(c.flags)
+    flag = "--parallelism.tensor_parallel_degree"
+    return int(f[f.index(flag) + 1]) if flag in f else 1
 
 
 # ---- the driver ----------------------------------------------------------------------
@@ -231,11 +247,14 @@ def main() -> int:
         for rnd in range(rounds):
             for c in cfgs:
                 tag = f"round {rnd + 1}/{rounds}"
-                print(f"{tag}: measurement for {c.name}, 1 process ...", flush=True)
+                procs = measure_procs(c)
+                print(f"{tag}: measurement for {c.name}, {procs} process(es) ...",
+                      flush=True)
                 loads.append((f"round {rnd + 1} measurement {c.name}", _load()))
                 prof_path = str(tmp / f"profile_{c.name}.json")
-                _run([sys.executable, __file__, "--_measure", prof_path, "--_name", c.name,
-                      "--repeats", str(repeats)] + quick, 1800)
+                launcher = _torchrun(procs) if procs > 1 else [sys.executable]
+                _run(launcher + [__file__, "--_measure", prof_path, "--_name", c.name,
+                                 "--repeats", str(repeats)] + quick, 1800)
                 fits: list[dict] = []
                 if c.nproc > 1:
                     print(f"{tag}: collective microbenchmarks, 2 processes ...", flush=True)

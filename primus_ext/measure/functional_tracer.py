@@ -9,7 +9,10 @@ and output tensors and its group name, resolved to ranks by
 completes at its ``wait_tensor``, which the output's ``AsyncCollectiveTensor`` wrapper
 calls below the mode (unseen); the mode therefore waits right after the issue and the
 record's seconds are the collective's own (DTensor's redistribution uses the output next
-in any case; async TP, which overlaps it, is a GPU path).
+in any case; async TP, which overlaps it, is a GPU path). The calling thread is held for
+all of them (the issue, then the ``wait_tensor`` of that call's own output), so the
+record's ``blocked_s`` is the same time: what ``project.from_profile`` costs a modelled
+collective at when it matches one the measured run issued (its in-situ path).
 
 A dispatch mode costs a Python call per ATen op, so a measurement enables it only where
 functional collectives can occur (a measured layout with TP or CP > 1).
@@ -86,10 +89,11 @@ class FunctionalCollectiveMode(TorchDispatchMode):
         for t in (out if isinstance(out, (list, tuple)) else [out]):
             if torch.is_tensor(t):
                 torch.ops._c10d_functional.wait_tensor(t)
+        t1 = time.perf_counter()
         x = _first_tensor(args[0])
         self.tracer.records.append(CollectiveRecord(
             op=f"_c10d_functional.{func._opname}", collective=collective,
             in_bytes=_nbytes(args[0]), out_bytes=_nbytes(out), group_ranks=ranks, axis=axis,
-            seconds=time.perf_counter() - t0, scope=scope, phase=phase, async_op=True,
+            seconds=t1 - t0, blocked_s=t1 - t0, scope=scope, phase=phase, async_op=True,
             dtype=str(x.dtype).replace("torch.", "") if x is not None else ""))
         return out
