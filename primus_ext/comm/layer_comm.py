@@ -246,7 +246,7 @@ def embedding_comms(spec: RunSpec, sh: Shapes) -> list[Tagged]:
 def output_comms(spec: RunSpec, sh: Shapes, ops: dict[str, OpCost]) -> list[Tagged]:
     """Gather of the hidden states before the logits GEMM (under SP), its mirrors, and
     the three small all-reduces of the vocab-parallel cross-entropy (max, target logit,
-    sum of exponentials) in fp32 per token."""
+    sum of exponentials) in fp32 per token, per loss chunk."""
     if sh.tp == 1:
         return []
     par = spec.parallel
@@ -263,8 +263,11 @@ def output_comms(spec: RunSpec, sh: Shapes, ops: dict[str, OpCost]) -> list[Tagg
     else:
         out.append(_comm(spec, "output.tp_all_reduce_dgrad", "tp", "all_reduce", nbytes,
                          "bwd", o.wgrad_s, "output"))
-    out.append(_comm(spec, "output.ce_tp_all_reduce", "tp", "all_reduce", sh.tokens * 4.0,
-                     "fwd", None, "output", times=3))
+    # Per loss chunk (train.loss_chunks; torchtitan's ChunkedLossWrapper): each of the 3
+    # all-reduces covers the chunk's tokens.
+    k = spec.train.loss_chunks
+    out.append(_comm(spec, "output.ce_tp_all_reduce", "tp", "all_reduce",
+                     sh.tokens * 4.0 / k, "fwd", None, "output", times=3 * k))
     return out
 
 

@@ -59,6 +59,11 @@ from primus_ext.spec.torchtitan import SCHEDULE_SIM, canonical_schedule, stage_l
 
 # compute/'s selective-recompute module set that stands for torchtitan's op-level SAC.
 SAC_MODULES = ("torchtitan_sac",)
+# torchtitan's llama3 / qwen3 configs wrap the loss in ChunkedLossWrapper, whose
+# Config.num_chunks defaults to 8 (torchtitan/components/loss.py): with loss parallelism
+# each chunk's cross-entropy all-reduces max, sum-exp and target logit (3 x 8 calls a
+# microbatch, seen in a measured TP 2 run).
+LOSS_CHUNKS = 8
 
 
 def view_notes(spec: RunSpec) -> tuple[str, ...]:
@@ -127,7 +132,8 @@ def simulated_view(spec: RunSpec) -> RunSpec:
                              recompute_modules=SAC_MODULES)}[ac]
     train = replace(t, activation_checkpoint="none", compile=False,
                     fused_elementwise=t.compile, cross_entropy_loss_fusion=t.compile,
-                    attention_backend="flash", flash_attn_impl="fa2", **rec)
+                    attention_backend="flash", flash_attn_impl="fa2",
+                    loss_chunks=LOSS_CHUNKS, **rec)
     cluster = spec.cluster
     if p.dp_replicate > 1 and _replica_cluster(spec) is not None:
         # HSDP: each replica is an FSDP2 job on its own ranks (same per-rank work, same

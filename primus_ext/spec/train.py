@@ -50,6 +50,11 @@ class TrainSpec:
     # exp-logits saved) or 'te' (Transformer Engine parallel_cross_entropy: the logits
     # saved in their own dtype, the gradient written into them in place).
     cross_entropy_fusion_impl: str = "native"
+    # Sequence chunks the output layer and loss run in, one after the other: 1 in
+    # megatron-core; torchtitan's ChunkedLossWrapper (torchtitan/components/loss.py,
+    # Config.num_chunks = 8) runs lm_head + cross-entropy per chunk, so its vocab-parallel
+    # loss issues its small all-reduces once per chunk (project/torchtitan.py sets it).
+    loss_chunks: int = 1
     # Elementwise kernels fused (True: Megatron / Transformer Engine's fused RMSNorm, RoPE,
     # SwiGLU and bias-dropout-add, or torch.compile). False: eager PyTorch, where RMSNorm,
     # complex-valued RoPE and SwiGLU run as chains of single-op kernels with fp32
@@ -94,7 +99,7 @@ class TrainSpec:
 
     def __post_init__(self) -> None:
         check_types(self, _OWNER)
-        for f in ("seq_length", "micro_batch_size", "global_batch_size"):
+        for f in ("seq_length", "micro_batch_size", "global_batch_size", "loss_chunks"):
             positive(_OWNER, f, getattr(self, f))
         one_of(_OWNER, "precision", self.precision, PRECISIONS)
         one_of(_OWNER, "fp8_recipe", self.fp8_recipe, FP8_RECIPES)
