@@ -9,12 +9,14 @@ vocab-parallel loss, torchtitan/components/loss.py) call them as attributes of t
 ``funcol`` module, so wrapping those attributes sees every call: its input and output
 tensors and its group, resolved to ranks. A functional collective returns an
 ``AsyncCollectiveTensor`` at once and completes at its ``wait_tensor``, which eager
-DTensor runs at the next op on the output; the wrapper runs that wait right after the
-issue (``trigger_wait``: the output is then marked complete and later ops do not wait
-again), so the record's seconds are the collective's own, and the calling thread is held
-for all of them: its ``blocked_s`` (what ``project.from_profile`` costs a modelled
-collective at when it matches one the measured run issued, its in-situ path) is the same
-time. Async TP, which would overlap the wait with a GEMM, is a GPU path.
+DTensor runs when an op first uses the output (``AsyncCollectiveTensor.trigger_wait``,
+through the module's ``wait_tensor``, wrapped too): gloo runs the collective on its own
+thread meanwhile, so whatever the rank computes before that use overlaps it. The record
+is written at the issue and completed at that wait, as ``tracer.py`` does for an async
+``torch.distributed`` call: ``seconds`` from the issue to the end of the wait,
+``blocked_s`` the issue plus the wait (the time the rank was held, on its critical path;
+what ``project.from_profile`` costs a modelled collective at when it matches one the
+measured run issued, its in-situ path).
 
 Unlike a ``TorchDispatchMode`` (a Python call per ATen op, which made a measured TP 2
 step 27% slower than the real one), the wrappers add Python only per collective, so the
@@ -22,9 +24,11 @@ measured blocks keep the cost DTensor's own dispatch adds to a real step and lit
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import time
+import weakref
 
 import torch
 
@@ -73,13 +77,11 @@ def _ranks(group) -> tuple[int, ...]:
         return ()
 
 
-def _wait(out) -> None:
-    for t in (out if isinstance(out, (list, tuple)) else [out]):
-        trigger = getattr(t, "trigger_wait", None)
-        if trigger is not None:
-            trigger()
-        elif torch.is_tensor(t):
-            torch.ops._c10d_functional.wait_tensor(t)
+def _pending(out) -> list:
+    """The tensors of ``out`` still to be waited for (an AsyncCollectiveTensor's own)."""
+    outs = out if isinstance(out, (list, tuple)) else [out]
+    return [t.elem for t in outs if getattr(t, "elem", None) is not None
+            and not getattr(t, "completed", True)]
 
 
 class FunctionalCollectiveMode:
@@ -90,6 +92,9 @@ class FunctionalCollectiveMode:
         self.tracer = tracer
         self._saved: dict[str, object] = {}
         self._local = threading.local()
+        # id(output tensor) -> [weakref to it, record, record index, issue start, blocked
+        # so far]: the wait of an output completes its record.
+        self._open: dict[int, list] = {}
 
     def _wrap(self, name: str, orig):
         collective, gi, opname = FUNCTIONAL[name]
@@ -107,22 +112,51 @@ class FunctionalCollectiveMode:
             try:
                 t0 = time.perf_counter()
                 out = orig(*args, **kwargs)
-                _wait(out)  # the issue, then this call's own wait_tensor
-                t1 = time.perf_counter()
+                issue_s = time.perf_counter() - t0
             finally:
                 self._local.busy = False
             x = _first_tensor(args[0])
-            tracer.records.append(CollectiveRecord(
+            rec = CollectiveRecord(
                 op=f"_c10d_functional.{opname}", collective=collective,
                 in_bytes=_nbytes(args[0]), out_bytes=_nbytes(out), group_ranks=ranks,
-                axis=axis, seconds=t1 - t0, blocked_s=t1 - t0, scope=scope, phase=phase,
+                axis=axis, seconds=issue_s, blocked_s=issue_s, scope=scope, phase=phase,
                 async_op=True,
-                dtype=str(x.dtype).replace("torch.", "") if x is not None else ""))
+                dtype=str(x.dtype).replace("torch.", "") if x is not None else "")
+            tracer.records.append(rec)
+            pending = _pending(out)
+            entry = [None, rec, len(tracer.records) - 1, t0, issue_s]
+            for t in pending:
+                self._open[id(t)] = [weakref.ref(t)] + entry[1:]
             return out
         return traced
 
+    def _wrap_wait(self, orig):
+        tracer, open_ = self.tracer, self._open
+
+        @functools.wraps(orig)
+        def wait_tensor(tensor):
+            entry = open_.pop(id(tensor), None)
+            if entry is None or entry[0]() is not tensor:
+                return orig(tensor)
+            t0 = time.perf_counter()
+            out = orig(tensor)
+            end = time.perf_counter()
+            _, rec, idx, start, blocked = entry
+            blocked += end - t0
+            # A coalesced call completes at its last output's wait.
+            siblings = [e for e in open_.values() if e[1] is rec]
+            for e in siblings:
+                e[4] = blocked
+            if not siblings and idx < len(tracer.records) and tracer.records[idx] is rec:
+                tracer.records[idx] = dataclasses.replace(
+                    rec, seconds=end - start, blocked_s=min(blocked, end - start))
+            return out
+        return wait_tensor
+
     def __enter__(self) -> "FunctionalCollectiveMode":
         import torch.distributed._functional_collectives as funcol
+        self._saved["wait_tensor"] = funcol.wait_tensor
+        funcol.wait_tensor = self._wrap_wait(funcol.wait_tensor)
         for name in FUNCTIONAL:
             orig = getattr(funcol, name, None)
             if orig is not None:
@@ -135,3 +169,4 @@ class FunctionalCollectiveMode:
         for name, orig in self._saved.items():
             setattr(funcol, name, orig)
         self._saved.clear()
+        self._open.clear()

@@ -126,3 +126,24 @@ def test_sac_recompute_reissues_the_collectives_torchtitan_does_not_save(sp):
     for c in comms:
         if c.name.endswith(".recompute"):
             assert c.phase == "bwd"
+
+
+def test_loss_parallel_all_reduces_per_loss_chunk():
+    """torchtitan runs lm_head + vocab-parallel cross-entropy per sequence chunk
+    (ChunkedLossWrapper, its llama3 configs' loss): 3 all-reduces per chunk, each over the
+    chunk's tokens in fp32 (a measured TP 2 run issues 24 a microbatch of seq/8 x 4 B)."""
+    loss = pytest.importorskip("torchtitan.components.loss")
+    from primus_ext.project.simulate_backend import simulate_layer_costs
+    chunks = loss.ChunkedLossWrapper.Config().num_chunks
+    spec = primus_ext.compose(BASE + ["parallel.tp=2"])
+    view = simulated_view(spec)
+    assert view.train.loss_chunks == chunks
+    ce = [op for op in simulate_layer_costs(view).kinds["output"].comms
+          if op.name == "output.ce_tp_all_reduce"]
+    assert len(ce) == 1 and ce[0].calls == 3 * chunks
+    tokens = spec.train.micro_batch_size * spec.train.seq_length
+    assert ce[0].num_bytes == pytest.approx(3 * tokens * 4, rel=1e-6)  # total unchanged
+    meg = simulate_layer_costs(primus_ext.compose(
+        [o for o in BASE if not o.startswith("framework=")] + ["parallel.tp=2"]))
+    assert [op.calls for op in meg.kinds["output"].comms
+            if op.name == "output.ce_tp_all_reduce"] == [3]  # megatron-core: one loss

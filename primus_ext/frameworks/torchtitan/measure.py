@@ -13,7 +13,7 @@ launched process calls it (one process, or under torchrun); all return the same 
    recomputation from the measured forward), on a generated local tokenizer and dataset.
 3. Per-block hooks (``hooks.py``), the ``torch.distributed`` tracer (FSDP2's
    ``all_gather_single`` / ``reduce_scatter_single``, PP's ``batch_isend_irecv``) and, when
-   the measured layout has TP or CP, the functional-collective dispatch mode
+   the measured layout has TP or CP, the functional-collective wrappers
    (``primus_ext.measure.functional_tracer``); warm-up steps, then timed steps.
 4. The aggregation shared with megatron-core (``primus_ext.measure.aggregate``): median
    per layer kind over steps, collectives per layer per microbatch, the slowest rank.
