@@ -1,13 +1,14 @@
 #!/usr/bin/env python
-"""CPU proof of the hybrid projection for torchtitan: measure in one process, project, run
-torchtitan's own Trainer for real.
+"""CPU proof of the hybrid projection for torchtitan: measure, project, run torchtitan's
+own Trainer for real.
 
 The machine is the cluster (hardware preset ``cpu``, one node, one rank per core, gloo,
 one thread per process). For every target (FSDP2 over 2 processes, TP 2, PP 2 with 1F1B),
 ``--rounds`` times, the script
 
-1. measures, in ONE process, the target's downscaled torchtitan run
-   (``primus_ext.frameworks.torchtitan.measure.run_measurement``; each rank's shapes kept);
+1. measures the target's downscaled torchtitan run
+   (``primus_ext.frameworks.torchtitan.measure.run_measurement``; each rank's shapes kept)
+   in one process, or, for a TP target, on its TP ranks (``measure_procs``);
 2. for a multi-process target, benchmarks the collectives between two processes (after a
    burst of compute, as inside a layer) and fits them to alpha-beta;
 3. projects the target from the profile plus the fits (``project_from_profile``);
