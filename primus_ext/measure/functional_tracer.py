@@ -109,10 +109,13 @@ class FunctionalCollectiveMode:
             axis = tracer._axes_by_ranks.get(ranks, "?")
             scope, phase = tracer.scope_fn()
             self._local.busy = True
+            self._local.nested_s = 0.0
             try:
                 t0 = time.perf_counter()
                 out = orig(*args, **kwargs)
-                issue_s = time.perf_counter() - t0
+                # An input still in flight (an earlier call's output) is waited for
+                # inside this call: that wait is the earlier call's, not this one's.
+                issue_s = max(time.perf_counter() - t0 - self._local.nested_s, 0.0)
             finally:
                 self._local.busy = False
             x = _first_tensor(args[0])
@@ -143,6 +146,8 @@ class FunctionalCollectiveMode:
             end = time.perf_counter()
             _, rec, idx, start, blocked = entry
             blocked += end - t0
+            if getattr(self._local, "busy", False):
+                self._local.nested_s += end - t0
             # A coalesced call completes at its last output's wait.
             siblings = [e for e in open_.values() if e[1] is rec]
             for e in siblings:
