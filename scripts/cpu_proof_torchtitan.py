@@ -61,16 +61,18 @@ with steps 10-20% shorter on both sides.
   forward under PP. The one-process measurement accumulated gradients through plain
   FSDP2 and paid a post-backward reduce per block and microbatch (2.8 ms of a 13.4 ms
   block, profiled); it now runs its microbatches as a stage does.
-- **TP over DTensor (tp2), not within 15%.** A profiled real TP2 step (about 1.7 s)
-  issues 553 collectives (144 all-gathers, 144 reduce-scatters, 265 all-reduces; 0.47 s
-  waiting in ``wait_tensor``, 0.85 ms a call, near the fits' alpha of 0.6-0.9 ms),
-  against 368 in the comm model's megatron-core pattern, part of them hidden there:
-  torchtitan's loss parallelism all-reduces 3 times per loss chunk (8 chunks per
-  microbatch: 192 a step) and eager DTensor waits for every collective at the next op.
-  DTensor's Python dispatch (``PythonSubclass``, 0.29 s a step profiled) and
-  redistributions are on a CPU's critical path; the one-process measurement runs the
-  per-rank shapes without DTensor, so it has neither. Projected compute 0.57-1.07 s and
-  TP collectives 0.31-0.55 s against real steps of 2.07-2.30 s; the rest is these.
+- **TP over DTensor (tp2), measured on its TP ranks.** A profiled real TP2 step issues
+  553 collectives (144 all-gathers, 144 reduce-scatters, 265 all-reduces; 0.47 s waiting
+  in ``wait_tensor``), and DTensor's Python dispatch (``PythonSubclass``) took 0.29 s of
+  it: a one-process measurement of the per-rank shapes has neither, and the fits cost
+  the collectives 45-62 % short. So a TP target is measured on its TP ranks (as
+  ``torchrun --nproc-per-node 2 launch/torchtitan_train.py ... --project-only`` does):
+  the measured block times include DTensor's dispatch, and the functional-collective
+  tracer charges each collective its in-situ blocked time (issue, plus its own
+  ``wait_tensor`` at DTensor's next use of the output), which the projection takes for
+  every collective the measured run issued. torchtitan's loss parallelism all-reduces 3
+  times per loss chunk (``ChunkedLossWrapper``, 8 chunks per microbatch:
+  ``train.loss_chunks``), which the comm model now issues at those sizes.
 - **Contention of a busy node.** The measurement times its blocks again with the other
   core running the same Trainer and divides the busy/quiet ratio by the passes'
   time-slicing (wall / CPU seconds): with one outside busy process the factor had gone
@@ -316,8 +318,8 @@ def _write_doc(results: dict) -> None:
         f"{meta['torchtitan']}); raw results in `docs/cpu-proof-torchtitan.json` "
         "(`--render` rewrites this page from them).", "",
         "This machine is the cluster (preset `cpu`, one node, one rank per core, gloo, one "
-        "thread per process). For each target, one process measured its downscaled "
-        "torchtitan run (torchtitan's own Trainer with the CPU patches of `patches/`, "
+        "thread per process). For each target, one process (for a TP target, its TP "
+        "ranks) measured its downscaled torchtitan run (torchtitan's own Trainer with the CPU patches of `patches/`, "
         f"{meta['repeats']} timed steps of per-block forward/backward times by hooks); for "
         "a multi-process target two processes then benchmarked the collectives "
         "(alpha-beta fits); the target was projected from that profile and then trained "
