@@ -90,12 +90,24 @@ def cases() -> list[Case]:
 
 def measure(case: Case, tmp: Path) -> list[dict]:
     out = tmp / f"mem_{case.name}.json"
-    _run(_torchrun(2) + ["-m", "primus_ext.frameworks.torchtitan.measure_memory",
-                         "--out", str(out), "--model-dims", json.dumps(DIMS),
-                         "--assets", str(tmp / "assets"), *REGISTRY, *case.flags,
-                         "--training.steps", "1", "--metrics.log_freq", str(10 ** 6),
-                         "--dump_folder", str(tmp / "dump"), "activation-checkpoint:none"],
-         timeout=900)
+    cmd = _torchrun(2) + ["-m", "primus_ext.frameworks.torchtitan.measure_memory",
+                          "--out", str(out), "--model-dims", json.dumps(DIMS),
+                          "--assets", str(tmp / "assets"), *REGISTRY, *case.flags,
+                          "--training.steps", "1", "--metrics.log_freq", str(10 ** 6),
+                          "--dump_folder", str(tmp / "dump"), "activation-checkpoint:none"]
+    # A rank of torch 2.13's CPU/gloo runs now and then aborts while the process exits
+    # ("terminate called without an active exception"): such a run is discarded whole
+    # (its file removed) and run once more; only a run whose every rank exits 0 counts.
+    for attempt in (1, 2):
+        out.unlink(missing_ok=True)
+        try:
+            _run(cmd, timeout=900)
+            break
+        except RuntimeError as err:
+            if attempt == 2:
+                raise
+            print(f"{case.name}: the run failed, running it again:\n{str(err)[-600:]}",
+                  file=sys.stderr)
     return json.loads(out.read_text())["ranks"]
 
 
