@@ -32,7 +32,7 @@ def inflight_interleaved(pp: int, vpp: int, stage: int, num_microbatches: int,
     """Chunk-microbatches alive per chunk at the stage's activation peak."""
     g = group or pp
     total = num_microbatches * vpp
-    warmup = min((pp - stage - 1) * 2 + (vpp - 1) * g, total)
+    warmup = warmup_forwards(pp, vpp, stage, num_microbatches, g)
     if any(b <= 0 for b in chunk_bytes):
         return _inflight_stepped(vpp, g, total, warmup, chunk_bytes)
     # Every forward adds bytes, so the warmup's peak is its last state: count the
