@@ -182,6 +182,7 @@ def _cluster(r: _Row, notes: list[str]) -> tuple[ClusterSpec, str]:
 
 
 _TP_OVERLAP_NOTE = re.compile(r"\bTP\b[\w/]*\s+comm(?:unication)?\s+overlap\s+on", re.I)
+_CURRENT_SCALING = re.compile(r"current[- ]scaling", re.I)
 
 
 def _parallel(r: _Row, model: ModelSpec, world: int, notes: list[str],
@@ -292,9 +293,13 @@ def _train(r: _Row, par: ParallelSpec, world: int, measured: Measured,
         notes.append("precision fp16: computed at the bf16 peak (same tensor-core rate)")
     elif precision not in ("bf16", "fp8", "fp32"):
         raise r.fail("precision", f"{precision!r} is not one of bf16, fp8, fp16, fp32")
-    if precision == "fp8":
-        notes.append("fp8_recipe=tensorwise (not stated; Megatron-Bridge perf_recipes/"
-                     "_common.py _perf_precision('fp8_cs'): FP8 current scaling)")
+    if precision == "fp8" and "fp8_recipe" not in recipe.train:
+        if _CURRENT_SCALING.search(r.text("notes")):
+            notes.append("fp8_recipe=tensorwise (the row's notes: per-tensor current "
+                         "scaling)")
+        else:
+            notes.append("fp8_recipe=tensorwise (not stated; Megatron-Bridge perf_recipes/"
+                         "_common.py _perf_precision('fp8_cs'): FP8 current scaling)")
     recompute = r.text("recompute")
     if recompute == "":
         kwargs = {k: v for k, v in recipe.train.items() if k.startswith("recompute_")}

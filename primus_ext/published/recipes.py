@@ -204,6 +204,10 @@ def _nvidia_perf(f: RowFacts, rec: Recipe) -> None:
                 f"{src}: TP communication overlap on whenever TP > 1")
     rec.set("parallel", "grad_reduce_in_fp32", False,
             f"{src}: gradients reduced in BF16")
+    if f.source.startswith("NeMo-perf-summary") and f.precision == "fp8":
+        rec.set("train", "fp8_recipe", "delayed", f"{src}: NeMo 24.07 runs Transformer "
+                "Engine 1.x, whose only FP8 recipe is DelayedScaling (Float8Current"
+                "Scaling first ships in Transformer Engine 2)")
     if not f.source.startswith("NeMo-perf-summary"):
         rec.set("train", "cross_entropy_loss_fusion", True,
                 f"{src}: NeMo 2.0 GPTConfig / Megatron-Bridge GPT providers default")
@@ -327,6 +331,9 @@ def _torchtitan(f: RowFacts, rec: Recipe) -> None:
             "kept; memory/sac_op.py)")
     rec.set("train", "flash_attn_impl", "fa2",
             f"{src}: F.scaled_dot_product_attention flash backend (FlashAttention-2)")
+    if f.precision == "fp8":
+        rec.set("train", "fp8_recipe", "tensorwise", f"{src}: torchao Float8Linear with "
+                "dynamic tensorwise scaling (the float8 converter's default recipe)")
     if not re.search(r"torch\.compile", f.notes, re.I):
         rec.set("train", "fused_elementwise", False,
                 f"{src}: eager (no torch.compile): composite RMSNorm, complex RoPE, "
@@ -351,6 +358,10 @@ def _torchtitan(f: RowFacts, rec: Recipe) -> None:
 def _llm_foundry(f: RowFacts, rec: Recipe) -> None:
     src = "llm-foundry"
     rec.set("train", "flash_attn_impl", "fa2", f"{src}: attn_impl flash = flash-attn 2")
+    if f.precision == "fp8":
+        rec.set("train", "fp8_recipe", "delayed", f"{src}: scripts/train/benchmarking/"
+                "submit_benchmarks.py (b2a43a147) installs Transformer Engine v0.10 for "
+                "FP8 runs, whose only FP8 recipe is DelayedScaling")
     pure = bool(re.search(r"\bpure\b", f.notes, re.I))
     rec.set("parallel", "grad_reduce_in_fp32", not pure,
             f"{src}: FSDP mixed_precision " + ("PURE (gradients reduced in BF16)" if pure

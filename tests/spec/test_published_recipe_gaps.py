@@ -51,6 +51,22 @@ def test_unstated_fp8_recipe_is_current_scaling(by_id):
     assert any("fp8_cs" in n for n in run.notes)
 
 
+def test_fp8_recipe_follows_each_sources_stack(by_id):
+    # The software each source ran decides its FP8 recipe: Transformer Engine 1.x
+    # (NeMo 24.07) and v0.10 (llm-foundry's FP8 benchmarks) have DelayedScaling only;
+    # torchtitan's float8 converter scales tensorwise; NeMo 25.04 rows state current
+    # scaling in their notes.
+    for run_id, recipe, cited in (("P010", "delayed", "Transformer Engine 1.x"),
+                                  ("P087", "delayed", "Transformer Engine v0.10"),
+                                  ("P063", "tensorwise", "torchao Float8Linear"),
+                                  ("P022", "tensorwise", "the row's notes")):
+        run = by_id[run_id]
+        assert run.spec.train.fp8_recipe == recipe, run_id
+        assert any(n.startswith("fp8_recipe=") and cited in n for n in run.notes), \
+            (run_id, run.notes)
+        assert not any("fp8_cs" in n for n in run.notes), run_id
+
+
 def test_amd_primus_row_takes_its_example_configs_recompute(by_id):
     # P097 reproduces examples/megatron/configs/MI355X/mixtral_8x22B_v0.1-BF16-pretrain.yaml
     # (TP1 PP4 EP8, mbs 2): recompute_method block with 0 layers, i.e. none.
