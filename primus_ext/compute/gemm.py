@@ -14,11 +14,18 @@ For ``C[M,N] = A[M,K] @ B[K,N]`` (``batch`` independent problems of that shape):
   ``fp8_gemm_efficiency``), times ``grouped_gemm_efficiency`` for grouped (MoE) kernels,
   times ``gemm_misaligned_efficiency`` when a weight dimension is not a multiple of 64
   (achievable-performance.md 1.4: 10922 vs 10944 costs 46%).
-- A and B stream through the main loop, overlapped with the MMA; the C tile is written
-  in the epilogue, after the K loop, so its bytes add to the time. With K small the
-  epilogue dominates: this reproduces DeepGEMM's measured K=512 penalty (about 45%)
+- A and B stream through the main loop, overlapped with the MMA; the output tile is
+  written in the epilogue, after the K loop, so its bytes add to the time. With K small
+  the epilogue dominates: this reproduces DeepGEMM's measured K=512 penalty (about 45%)
   and its K=1536..16384 points within 6% (achievable-performance.md 1.4) with one
   asymptotic efficiency, and the memory-bound regime of M=64/128-row GEMMs.
+- An accumulating GEMM (``beta != 0``: the weight gradient added into Megatron's fp32
+  ``main_grad``) also reads its source tile C. That read is issued by the producer warp
+  with the main-loop loads, into its own shared-memory pipeline (CUTLASS
+  ``epilogue/collective/sm90_epilogue_tma_warpspecialized.hpp``:
+  ``CollectiveEpilogue::load`` runs on the producer load warp, ``LoadPipeline =
+  PipelineTransactionAsync<StagesC>``; ``store`` reads C from shared memory), so its
+  ``source_bytes`` stream with A and B and only the output write stays serial.
 - Grouped (MoE) GEMMs run as Transformer Engine's per-expert loop of cuBLAS GEMMs over
   ``GROUPED_STREAMS`` = 4 CUDA streams (TE ``GroupedLinear`` -> ``general_grouped_gemm``
   -> ``nvte_multi_stream_cublas_gemm``; ``transformer_engine/common/include/
@@ -51,8 +58,10 @@ GROUPED_STREAMS = 4
 # Bytes per element of the GEMM inputs by compute dtype.
 INPUT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
 # The weight gradient accumulates into the fp32 main_grad (Megatron's
-# gradient_accumulation_fusion): the C tile is read and written in fp32.
-WGRAD_OUT_BYTES = 8
+# gradient_accumulation_fusion): the tile is read (streamed, see the module docstring)
+# and written back in fp32.
+WGRAD_OUT_BYTES = 4
+WGRAD_SOURCE_BYTES = 4
 
 
 def peak_flops(hw: HardwareSpec, dtype: str) -> float:
@@ -73,10 +82,11 @@ def asymptotic_efficiency(hw: HardwareSpec, dtype: str) -> float:
 def gemm_time_s(hw: HardwareSpec, m: float, n: float, k: float, *, dtype: str = "bf16",
                 out_bytes: float = 2.0, batch: int = 1, grouped: bool = False,
                 aligned: bool = True, in_step: bool = False,
-                streams: int = GROUPED_STREAMS) -> float:
+                streams: int = GROUPED_STREAMS, source_bytes: float = 0.0) -> float:
     """Seconds for ``batch`` GEMMs of shape M x N x K (one kernel, or one per group when
     ``grouped``, on ``streams`` CUDA streams). ``m`` may be fractional (expected rows per
-    expert)."""
+    expert). ``source_bytes``: bytes per output element of an accumulation source C
+    (0 for ``beta = 0``)."""
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
     tile = hw.gemm_tile
@@ -97,7 +107,7 @@ def gemm_time_s(hw: HardwareSpec, m: float, n: float, k: float, *, dtype: str = 
         if grouped:
             t_compute = max(t_compute, grouped_stream_time_s(hw, m, n, k, batch, rate,
                                                              streams))
-    t_stream = (m * k + k * n) * in_bytes * batch / bw
+    t_stream = ((m * k + k * n) * in_bytes + m * n * source_bytes) * batch / bw
     t_epilogue = m * n * out_bytes * batch / bw
     kernels = batch if grouped else 1
     return (max(t_compute, t_stream) + t_epilogue

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from primus_ext.compute.gemm import gemm_time_s, is_aligned
+from primus_ext.compute.gemm import (WGRAD_OUT_BYTES, WGRAD_SOURCE_BYTES, gemm_time_s,
+                                      is_aligned)
 from primus_ext.spec.run import RunSpec
 
 
@@ -80,7 +81,8 @@ def linear(sh: Shapes, name: str, module: str, tokens: float, d_in: int, d_out: 
     kw = dict(dtype=dtype, batch=groups, grouped=grouped, aligned=aligned, in_step=True)
     t_f = gemm_time_s(hw, tokens, d_out, d_in, **kw)
     t_d = gemm_time_s(hw, tokens, d_in, d_out, **kw)
-    t_w = gemm_time_s(hw, d_in, d_out, tokens, out_bytes=8, **kw)
+    t_w = gemm_time_s(hw, d_in, d_out, tokens, out_bytes=WGRAD_OUT_BYTES,
+                      source_bytes=WGRAD_SOURCE_BYTES, **kw)
     flops = 2.0 * tokens * d_in * d_out * groups
     in_b = 1 if dtype == "fp8" else (4 if dtype == "fp32" else 2)
     b_f = (tokens * d_in + tokens * d_out) * groups * in_b + d_in * d_out * groups * in_b

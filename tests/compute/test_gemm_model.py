@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primus_ext.compute.gemm import achieved_efficiency, gemm_time_s
+from primus_ext.compute.gemm import (WGRAD_OUT_BYTES, WGRAD_SOURCE_BYTES,
+                                     achieved_efficiency, gemm_time_s)
 from primus_ext.presets import hardware_preset, list_presets
 
 GPUS = [n for n in list_presets("hardware") if n != "cpu"]
@@ -60,8 +61,25 @@ def test_skinny_and_grouped_gemms_are_much_less_efficient():
     e = achieved_efficiency(hw, 128, 4096, 7168, batch=32, grouped=True)
     assert 0.08 < e < 0.3
     # Their weight gradient (K = rows) is worse still.
-    w = achieved_efficiency(hw, 7168, 4096, 128, batch=32, grouped=True, out_bytes=8)
+    w = achieved_efficiency(hw, 7168, 4096, 128, batch=32, grouped=True,
+                            out_bytes=WGRAD_OUT_BYTES, source_bytes=WGRAD_SOURCE_BYTES)
     assert w < e
+
+
+# SimuMax's in-framework B200 fit (achievable-performance.md 1.3; MooreThreads/SimuMax
+# configs/system/b200_bf16_ceperm.json, 514 dense Transformer Engine shapes inside a
+# Megatron run, M = 4096..128k tokens): weight gradients (NT layout, FP32 accumulation
+# into main_grad) mostly at 0.41-0.57 of the 2250 TFLOP/s peak.
+WGRAD_SHAPES = [(4096, 4096, 4096), (4096, 14336, 4096), (14336, 4096, 4096),
+                (4096, 4096, 8192), (8192, 28672, 8192), (4096, 6144, 16384)]
+
+
+@pytest.mark.parametrize("d_in,d_out,tokens", WGRAD_SHAPES)
+def test_in_step_weight_gradients_match_the_in_framework_b200_fit(d_in, d_out, tokens):
+    hw = hardware_preset("b200")
+    w = achieved_efficiency(hw, d_in, d_out, tokens, in_step=True,
+                            out_bytes=WGRAD_OUT_BYTES, source_bytes=WGRAD_SOURCE_BYTES)
+    assert 0.41 <= w <= 0.57, w
 
 
 def test_misaligned_width_costs_tens_of_percent():
