@@ -76,7 +76,9 @@ def test_ctrl_c_leaves_a_valid_journal_and_resume_continues(tmp_path):
     journal = out / "trials.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        if journal.is_file() and journal.read_text().count("\n") > 50:
+        # Interrupt early: the exhaustive run takes a few seconds, and a loaded machine
+        # can delay this loop by more than that.
+        if journal.is_file() and journal.read_text().count("\n") > 10:
             break
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
@@ -85,7 +87,7 @@ def test_ctrl_c_leaves_a_valid_journal_and_resume_continues(tmp_path):
     assert "tune.resume=true" in err
     lines = journal.read_text().splitlines()
     records = [json.loads(x) for x in lines]  # every line whole
-    assert records[0]["kind"] == "header" and len(records) > 50
+    assert records[0]["kind"] == "header" and len(records) > 10
     assert (out / "overrides.txt").is_file()
     run = _app([*args[:-2], "tune.strategy=guided", "tune.budget.candidates=200",
                 f"tune.out_dir={out}", "tune.resume=true", "output=json"],
