@@ -20,7 +20,8 @@ exposed, hidden time charged ``comm_overlap_penalty``):
   **CP allgather**: one all-gather of the sequence's K/V per forward and another in
   backward. PyTorch context_parallel (rotate_method=allgather, torchtitan;
   ``torch_ring_comms``) issues each gather asynchronously behind the first (local)
-  attention step and rotates dK/dV in fp32 step by step. Transformer Engine's
+  attention step and rotates dK/dV in fp32 step by step, all hidden in eager mode and
+  all exposed under torch.compile (the traced ring waits at once). Transformer Engine's
   ``AttnFuncWithCPAndKVAllGather``
   (megatron-core cp_comm_type=all_gather, ``uses_te``) gathers K/V synchronously before
   any attention call (``gather_along_first_dim`` without async_op, forward and
@@ -164,17 +165,31 @@ def cp_comms(spec: RunSpec, sh: Shapes, attn: OpCost) -> list[Tagged]:
 
 def torch_ring_comms(spec: RunSpec, sh: Shapes, attn: OpCost) -> list[Tagged]:
     """PyTorch ``context_parallel`` (torchtitan; compute/torch_ring.py): K/V, repeated to
-    ``heads`` by torchtitan's ``repeat_kv``, all-gathered once per forward behind the
-    first (local) flash call, and again in backward; dK/dV rotated in fp32 by one
-    ``permute_tensor`` per backward step (``dkv_rotater`` is ALL_TO_ALL), each waited
-    one step later behind that step's flash backward, the last after the loop
-    (exposed)."""
+    ``heads`` by torchtitan's ``repeat_kv``, all-gathered once per forward and again in
+    backward; dK/dV rotated in fp32 by one ``permute_tensor`` per backward step
+    (``dkv_rotater`` is ALL_TO_ALL), the last waited after the loop.
+
+    Eager, the functional collectives return ``AsyncCollectiveTensor``: the gather hides
+    behind the first (local) flash call and each rotation behind the next step's flash
+    backward. Compiled (``train.fused_elementwise``: the torchtitan view's
+    ``train.compile``, per-block ``torch.compile`` tracing the ring into the block's
+    graph), every collective is exposed: while tracing, ``_functional_collectives.
+    _maybe_wrap_tensor`` emits ``wait_tensor`` right after the collective (the ring's
+    ``_maybe_wait`` notes the traced tensor is no ``AsyncCollectiveTensor``), and
+    Inductor keeps it there in a training graph -- ``post_grad_passes`` runs
+    ``reorder_for_locality`` (which sinks waits to their first use) only
+    ``if is_inference``, and ``config.reorder_for_compute_comm_overlap`` is off by
+    default. The compiled code waits on the K/V gather before the first flash call and
+    on each dK/dV rotation before the next flash backward
+    (tests/slow/test_torch_ring_compiled.py reads it from Inductor's output)."""
     cp = sh.cp
     m = spec.model
     d_k = m.qk_head_dim + m.qk_pos_emb_head_dim if m.multi_latent_attention else sh.head_dim
     d_v = m.v_head_dim if m.multi_latent_attention else sh.head_dim
     kv = sh.tokens * sh.heads * (d_k + d_v) * sh.act_bytes
-    step_f, step_b = attn.fwd_s / cp, attn.dgrad_s / cp
+    compiled = spec.train.fused_elementwise
+    step_f = None if compiled else attn.fwd_s / cp
+    step_b = None if compiled else attn.dgrad_s / cp
     out = [_comm(spec, "attn.cp_all_gather", "cp", "all_gather", kv * cp, "fwd", step_f,
                  "core_attn"),
            _comm(spec, "attn.cp_all_gather_bwd", "cp", "all_gather", kv * cp, "bwd", step_b,

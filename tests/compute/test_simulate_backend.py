@@ -276,12 +276,13 @@ def test_cp_allgather_is_synchronous_in_transformer_engine():
     """Transformer Engine's AttnFuncWithCPAndKVAllGather (TE context_parallel.py) calls
     gather_along_first_dim(k, cp_group) without async_op before any attention call, and
     reduce-scatters dK/dV after the last: exposed. PyTorch's context_parallel
-    (rotate_method=allgather) hides the gather behind the first local attention step."""
+    (rotate_method=allgather) run eagerly hides the gather behind the first local
+    attention step (compiled, it waits at once: tests/compute/test_torch_ring.py)."""
     kw = dict(tp=8, cp=4, nodes=4, sequence_parallel=True, cp_comm_type="allgather")
     tr = dict(seq_length=32768, global_batch_size=64)
     out = {}
     for te in (True, False):
-        spec = run(llama70b(), train=dict(tr, te=te), **kw)
+        spec = run(llama70b(), train=dict(tr, te=te, fused_elementwise=te), **kw)
         out[te] = {c.name: c for c in simulate_layer_costs(spec).kinds["dense"].comms
                    if c.axis == "cp"}
     assert set(out[True]) == {"attn.cp_all_gather", "attn.cp_all_gather_bwd",

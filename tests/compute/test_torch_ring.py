@@ -151,3 +151,68 @@ def test_eager_ring_bytes_match_torch(cp):
     op = [o for o in attention_ops(Shapes(spec), None) if o.name == "cp_ring_merge"][0]
     assert op.fwd_bytes == pytest.approx(fwd_bytes, rel=0.02)
     assert op.bwd_bytes == pytest.approx(bwd_bytes, rel=0.02)
+
+
+def _traced_ring_order(cp: int) -> tuple[list[str], list[str]]:
+    """Collectives, waits and attention calls, in order, of torch's ring forward and
+    backward traced by make_fx (the tracing torch.compile's AOT autograd does), on the
+    busiest rank of a fake ``cp``-rank group, with the CPU flash kernels as the op."""
+    import torch.distributed as dist
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    ring = pytest.importorskip(
+        "torch.distributed.tensor.experimental._context_parallel._attention")
+    aten = torch.ops.aten
+
+    def op(q, k, v, is_causal=False, **kw):
+        return aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, is_causal=is_causal)
+
+    def op_bwd(grad_out, query, key, value, out, logsumexp, is_causal=False, **kw):
+        return aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            grad_out, query, key, value, out, logsumexp, 0.0, is_causal)
+
+    def order(gm) -> list[str]:
+        names = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+        return [n.split(".")[1] for n in names if "c10d" in n or "flash_attention" in n]
+
+    dist.init_process_group("fake", store=FakeStore(), rank=cp - 1, world_size=cp)
+    try:
+        g = dist.group.WORLD
+        q, k, v, do = (torch.randn(1, 2, 64 * cp // 2, 16) for _ in range(4))
+        lse = torch.randn(1, 2, 64 * cp // 2)
+        fwd = make_fx(lambda q, k, v: ring._templated_ring_attention(
+            g, 2, op, q, k, v, is_causal=True)[:2], tracing_mode="fake")(q, k, v)
+        bwd = make_fx(lambda do, q, k, v, o, lse: ring._templated_ring_attention_backward(
+            g, 2, op_bwd, grad_out=do, grad_out_name="grad_out", query=q, key=k, value=v,
+            out=o, logsumexp=lse, is_causal=True), tracing_mode="fake")(do, q, k, v, q, lse)
+        return order(fwd), order(bwd)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+def test_compiled_ring_waits_every_collective_at_once(cp):
+    """Traced, torch's functional collectives wait right after they are issued
+    (``_functional_collectives._maybe_wrap_tensor``): no attention call runs between a
+    collective and its wait, so under torch.compile (train.fused_elementwise in the
+    torchtitan view) the K/V gathers and every dK/dV rotation are exposed; eager, the
+    gathers hide behind the first (local) step. Inductor keeps this order in a training
+    graph: tests/slow/test_torch_ring_compiled.py."""
+    fwd, bwd = _traced_ring_order(cp)
+    assert fwd == ["all_gather_into_tensor", "wait_tensor"] + [
+        "_scaled_dot_product_flash_attention_for_cpu"] * cp
+    for seq in (fwd, bwd):
+        for i, name in enumerate(seq):
+            if name in ("all_gather_into_tensor", "all_to_all_single"):
+                assert seq[i + 1] == "wait_tensor"
+    assert bwd.count("all_to_all_single") == cp
+    comms = {}
+    for fused in (True, False):
+        spec = torch_cp(cp, fused_elementwise=fused)
+        comms[fused] = {c.name: c for c in simulate_layer_costs(spec).kinds["dense"].comms
+                        if c.axis == "cp"}
+    for c in comms[True].values():
+        assert c.exposed_s == pytest.approx(c.seconds)
+    for name in ("attn.cp_all_gather", "attn.cp_all_gather_bwd", "attn.cp_dkv_rotate"):
+        assert comms[False][name].exposed_s < comms[True][name].exposed_s
+        assert comms[False][name].seconds == pytest.approx(comms[True][name].seconds)
