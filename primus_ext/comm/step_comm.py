@@ -9,8 +9,10 @@ all-gather of the distributed optimizer, and the overlap rule the step composer 
   over the expert-data group, in fp32 for BF16/FP8 runs (Megatron-LM turns on
   ``accumulate_allreduce_grads_in_fp32`` with ``--bf16``) unless
   ``parallel.grad_reduce_in_fp32`` is off (bf16 on the wire), in buckets of
-  ``max(40M, 1M * dp)`` parameters when ``overlap_grad_reduce`` (megatron-core
-  DistributedDataParallelConfig default), one bucket otherwise; reduce-scatter with the
+  ``parallel.ddp_bucket_params`` parameters (default ``max(40M, 1M * dp)``, megatron-core
+  DistributedDataParallelConfig) when ``overlap_grad_reduce`` and the caller asks for
+  bucketing (``bucketed=False``: one bucket, as megatron-core gives every model chunk
+  but the first one of the first pipeline stage); reduce-scatter with the
   distributed optimizer, all-reduce without. FSDP reduces per layer (in the layer comms)
   and returns zero here.
 - **Parameter all-gather** (distributed optimizer): the updated BF16 parameters, bucketed
@@ -84,16 +86,24 @@ def grad_bytes_per_param(spec: RunSpec) -> int:
     return 4
 
 
+def bucket_params(spec: RunSpec) -> int:
+    """Parameters per DDP bucket: ``parallel.ddp_bucket_params``, else megatron-core's
+    default ``max(40M, 1M * dp)`` with dp the data-parallel size without context
+    parallelism, for dense and expert buffers alike (DistributedDataParallel.__init__:
+    ``parallel_state.get_data_parallel_world_size()``)."""
+    given = spec.parallel.ddp_bucket_params
+    return given if given is not None else max(DEFAULT_BUCKET_PARAMS, 1_000_000 * spec.dp)
+
+
 def _bucketed(spec: RunSpec, axis: str, num_params: float, bytes_per: int,
-              collective) -> SyncCost:
+              collective, bucketed: bool = True) -> SyncCost:
     span = group_span(spec, axis)
     if num_params <= 0 or span.size == 1:
         return SyncCost(0.0, 0.0, 0, 0.0)
     hw = spec.cluster.hardware
     par = spec.parallel
-    if par.overlap_grad_reduce:
-        bucket = max(DEFAULT_BUCKET_PARAMS, 1_000_000 * span.size)
-        n = max(1, ceil(num_params / bucket))
+    if par.overlap_grad_reduce and bucketed:
+        n = max(1, ceil(num_params / bucket_params(spec)))
     else:
         n = 1
     per = num_params / n
@@ -115,19 +125,19 @@ def _counts(num_dense_params, num_expert_params: float) -> tuple[float, float]:
     return num_dense_params, num_expert_params
 
 
-def dp_grad_sync(spec: RunSpec, num_dense_params, num_expert_params: float = 0.0
-                 ) -> SyncCost:
+def dp_grad_sync(spec: RunSpec, num_dense_params, num_expert_params: float = 0.0, *,
+                 bucketed: bool = True) -> SyncCost:
     """Gradient reduction of one rank's parameters (a pipeline stage's), per step.
 
     ``num_dense_params`` may be the ``(dense, expert)`` pair of
-    ``compute.rank_params.stage_param_counts``."""
+    ``compute.rank_params.stage_param_counts``; ``bucketed=False``: one bucket."""
     num_dense_params, num_expert_params = _counts(num_dense_params, num_expert_params)
     if spec.parallel.fsdp:
         return SyncCost(0.0, 0.0, 0, 0.0)
     coll = reduce_scatter_s if spec.parallel.use_distributed_optimizer else all_reduce_s
     gb = grad_bytes_per_param(spec)
-    return _add(_bucketed(spec, "dp_cp", num_dense_params, gb, coll),
-                _bucketed(spec, "edp", num_expert_params, gb, coll))
+    return _add(_bucketed(spec, "dp_cp", num_dense_params, gb, coll, bucketed),
+                _bucketed(spec, "edp", num_expert_params, gb, coll, bucketed))
 
 
 def dp_grad_sync_s(spec: RunSpec, num_dense_params, num_expert_params: float = 0.0
@@ -135,16 +145,16 @@ def dp_grad_sync_s(spec: RunSpec, num_dense_params, num_expert_params: float = 0
     return dp_grad_sync(spec, num_dense_params, num_expert_params).total_s
 
 
-def param_gather(spec: RunSpec, num_dense_params, num_expert_params: float = 0.0
-                 ) -> SyncCost:
+def param_gather(spec: RunSpec, num_dense_params, num_expert_params: float = 0.0, *,
+                 bucketed: bool = True) -> SyncCost:
     """All-gather of the updated parameters (distributed optimizer only), per step."""
     num_dense_params, num_expert_params = _counts(num_dense_params, num_expert_params)
     par = spec.parallel
     if par.fsdp or not par.use_distributed_optimizer:
         return SyncCost(0.0, 0.0, 0, 0.0)
     pb = spec.train.param_bytes
-    return _add(_bucketed(spec, "dp_cp", num_dense_params, pb, all_gather_s),
-                _bucketed(spec, "edp", num_expert_params, pb, all_gather_s))
+    return _add(_bucketed(spec, "dp_cp", num_dense_params, pb, all_gather_s, bucketed),
+                _bucketed(spec, "edp", num_expert_params, pb, all_gather_s, bucketed))
 
 
 def param_gather_s(spec: RunSpec, num_dense_params, num_expert_params: float = 0.0

@@ -167,7 +167,8 @@ def chunk_buffers(model: ModelSpec, par: ParallelSpec, stage: int, chunk: int, d
     ``dp`` is the dense gradient-reduction group (data x context parallel), ``expert_dp``
     the expert one. ``bucket_size`` None means megatron-core's default."""
     tensors = chunk_param_tensors(model, par, stage, chunk, local_spec)
-    size = bucket_size if bucket_size is not None else default_bucket_size(dp // par.cp)
+    size = bucket_size if bucket_size is not None else (
+        par.ddp_bucket_params or default_bucket_size(dp // par.cp))
     if not par.overlap_grad_reduce or stage > 0 or chunk > 0:
         size = None
     distopt = par.use_distributed_optimizer

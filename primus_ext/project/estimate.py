@@ -95,7 +95,7 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
     sched = simulate_fast(_schedule_input(spec, st, p2p_time_s(spec)),
                           record_events=record_timeline)
     mem = _memory(framework_spec, memory_options, memory_report)
-    sync = dp_sync(spec, st)
+    sync = dp_sync(spec, st, megatron_buckets=framework_spec.framework == "megatron")
     replicas = (0.0,) * spec.parallel.pp
     if framework_spec.framework == "torchtitan":
         from primus_ext.project.torchtitan import replica_all_reduce_s

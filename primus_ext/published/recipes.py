@@ -21,6 +21,14 @@ Sources and what they document (citations are the public files read):
     ``ddp.grad_reduce_in_fp32 = False``;
   - (NeMo 2.0 and Megatron-Bridge) fuse the cross-entropy: ``cross_entropy_loss_fusion =
     True`` in NeMo 2.0's ``GPTConfig`` and Megatron-Bridge's GPT model providers;
+  - (NeMo 2.0 and Megatron-Bridge) set the data-parallel overlap when dp > 1: DDP
+    buckets of ``128 * 1024 * 1024`` parameters and, with pp > 1 and vpp > 1,
+    ``align_param_gather = True`` (NeMo v2.2.0 / v2.3.0
+    ``nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py``
+    ``_get_optimizer_overlap_cfgs``, which every ``scripts/llm/performance`` recipe
+    requires; Megatron-Bridge ``src/megatron/bridge/training/comm_overlap.py``; both leave
+    ``overlap_param_gather_with_optimizer_step`` off, "disabled due to an issue with
+    checkpointing");
   - use no activation recompute for pre-training unless the recipe names modules: NeMo
     2.0 ``recommended_model_configs/model_configs_{h100,b200,gb200}.csv`` have
     ``recompute_layers = 0`` for every pre-training row; Megatron-Bridge Llama 3 / 3.1 and
@@ -70,6 +78,8 @@ Sources and what they document (citations are the public files read):
   projection.md``) is 582.8 GB per GPU, over the MI355X's 288 GB as well. The base
   config's ``grad_reduce_in_bf16: false`` makes Megatron-LM accumulate and reduce
   gradients in fp32 for every Primus bf16 / fp8 run.
+  Its ``align_param_gather: true`` (Megatron-LM's own default since core_r0.9.0) makes
+  the interleaved schedule dispatch each model chunk's parameter all-gathers ahead of it.
 - **Rows whose notes say PP communication overlap was on** and give no ``vp``: the
   interleaved schedule (megatron-core overlaps pipeline p2p only with virtual stages),
   with the smallest number of virtual stages the layers per stage divide into.
@@ -211,6 +221,8 @@ def _nvidia_perf(f: RowFacts, rec: Recipe) -> None:
     if not f.source.startswith("NeMo-perf-summary"):
         rec.set("train", "cross_entropy_loss_fusion", True,
                 f"{src}: NeMo 2.0 GPTConfig / Megatron-Bridge GPT providers default")
+        if f.dp > 1:
+            _dp_overlap(f, rec)
     if f.source.startswith("MegatronBridge"):
         rec.set("train", "cross_entropy_fusion_impl", "te",
                 f"{BRIDGE_0_1} configs/*_llm_pretrain.yaml: cross_entropy_fusion_impl te; "
@@ -234,6 +246,16 @@ def _nvidia_perf(f: RowFacts, rec: Recipe) -> None:
     elif f.is_moe and f.source.startswith("NeMo-FW"):
         rec.set("parallel", "moe_shared_expert_overlap", True,
                 f"{src}: NeMo 2.0 all-to-all dispatcher with shared-expert overlap")
+
+
+def _dp_overlap(f: RowFacts, rec: Recipe) -> None:
+    """NeMo 2.0 MegatronCommOverlapCallback / Megatron-Bridge CommOverlapConfig
+    ``_get_optimizer_overlap_cfgs`` for dp > 1."""
+    src = ("NeMo 2.0 MegatronCommOverlapCallback / Megatron-Bridge CommOverlapConfig "
+           "_get_optimizer_overlap_cfgs (dp > 1)")
+    rec.set("parallel", "ddp_bucket_params", 128 * 1024 * 1024, f"{src}: bucket_size")
+    if f.pp > 1 and f.vpp > 1:
+        rec.set("parallel", "align_param_gather", True, f"{src}: pp > 1 and vp > 1")
 
 
 def _dsv3_bridge(f: RowFacts, rec: Recipe) -> None:
@@ -276,6 +298,10 @@ def _amd_primus(f: RowFacts, rec: Recipe) -> None:
     rec.set("parallel", "grad_reduce_in_fp32", True, "AMD Primus primus/configs/modules/"
             "megatron/trainer_base.yaml: grad_reduce_in_bf16 false; Megatron-LM "
             "validate_args then accumulates and reduces gradients in fp32")
+    if f.pp > 1 and f.vpp > 1:
+        rec.set("parallel", "align_param_gather", True, "AMD Primus primus/configs/"
+                "modules/megatron/trainer_base.yaml: align_param_gather true (Megatron-LM's "
+                "default since core_r0.9.0, --no-align-param-gather)")
     found = PRIMUS_CONFIGS.get((f.gpu.upper(), f.model_preset or ""))
     if found is None or f.recompute_stated:
         return

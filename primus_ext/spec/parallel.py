@@ -54,6 +54,18 @@ class ParallelSpec:
     # gradient sync deferred to the last microbatch: the autograd .grad / FSDP unsharded
     # grad), so the activation peak of an early pipeline stage can come before them.
     grad_buffer: str = "persistent"
+    # megatron-core DistributedDataParallelConfig.bucket_size: parameters per DDP bucket
+    # of the buckets that are bucketed at all; None = megatron-core's default
+    # max(40M, 1M * dp) (distributed_data_parallel.py DistributedDataParallel.__init__).
+    # NeMo 2.0's MegatronCommOverlapCallback and Megatron-Bridge's CommOverlapConfig set
+    # 128 * 1024 * 1024 when dp > 1.
+    ddp_bucket_params: int | None = None
+    # DistributedDataParallelConfig.align_param_gather: with the interleaved schedule every
+    # model chunk's parameter all-gathers are dispatched together, ahead of the chunk
+    # (schedules.py forward_backward_pipelining_with_interleaving param_sync_func), instead
+    # of one bucket ahead from the forward pre-hooks. NeMo 2.0 / Megatron-Bridge turn it on
+    # when pp > 1 and vpp > 1 and dp > 1.
+    align_param_gather: bool = False
     # MoE token dispatch (megatron-core): alltoall = one copy per (token, expert) pair in an
     # all-to-all; allgather = all-gather of the EP group's tokens and reduce-scatter of the
     # outputs; flex = DeepEP / HybridEP kernels that send a token once per destination node
@@ -95,6 +107,8 @@ class ParallelSpec:
                              "(torchtitan ParallelDims._validate)")
         if self.etp is not None:
             positive(_OWNER, "etp", self.etp)
+        if self.ddp_bucket_params is not None:
+            positive(_OWNER, "ddp_bucket_params", self.ddp_bucket_params)
         one_of(_OWNER, "schedule", self.schedule, SCHEDULES)
         one_of(_OWNER, "cp_comm_type", self.cp_comm_type, ("p2p", "a2a", "allgather"))
         one_of(_OWNER, "grad_buffer", self.grad_buffer, GRAD_BUFFERS)

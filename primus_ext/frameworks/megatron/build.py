@@ -199,7 +199,8 @@ def build(spec: RunSpec, with_optimizer: bool = True, seed: int = 1234) -> Built
         overlap_param_gather=p.overlap_param_gather and p.use_distributed_optimizer,
         use_distributed_optimizer=p.use_distributed_optimizer,
         check_for_nan_in_grad=False,
-        bucket_size=max(40_000_000, 1_000_000 * spec.dp) if p.overlap_grad_reduce else None)
+        bucket_size=(p.ddp_bucket_params or max(40_000_000, 1_000_000 * spec.dp))
+        if p.overlap_grad_reduce else None)
     model = [DDP(cfg, ddp_cfg, c, disable_bucketing=(i > 0)) for i, c in enumerate(chunks)]
     for c in model:
         c.broadcast_params()
