@@ -91,6 +91,11 @@ Sources and what they document (citations are the public files read):
   ``flash_attn_triton.py``, a FlashAttention-1 class kernel (``flash_attn_impl='fa1'``).
   The benchmark tables run FSDP with mixed precision
   ``DEFAULT`` (gradients reduced in FP32) unless the row says ``PURE`` (BF16 reduce).
+  Activation checkpointing is torch's non-reentrant checkpoint of each ``MPTBlock``
+  (``activation_checkpointing_reentrant: false`` in every ``yamls/pretrain/mpt-*.yaml``;
+  Composer ``composer/trainer/dist_strategy.py`` ``prepare_fsdp_module``:
+  ``checkpoint_wrapper(m, checkpoint_impl=CheckpointImpl.NO_REENTRANT)``), whose early
+  stop does not re-run the block's last GEMM and residual add.
 """
 from __future__ import annotations
 
@@ -378,6 +383,11 @@ def _llm_foundry(f: RowFacts, rec: Recipe) -> None:
         rec.set("train", "fp8_recipe", "delayed", f"{src}: scripts/train/benchmarking/"
                 "submit_benchmarks.py (b2a43a147) installs Transformer Engine v0.10 for "
                 "FP8 runs, whose only FP8 recipe is DelayedScaling")
+    rec.set("train", "recompute_early_stop", True,
+            f"{src}: yamls/pretrain/mpt-*.yaml activation_checkpointing_reentrant: false; "
+            "Composer 0.16/0.17 prepare_fsdp_module wraps each MPTBlock in "
+            "checkpoint_wrapper(CheckpointImpl.NO_REENTRANT) on torch 2.1, whose early "
+            "stop skips the block's down_proj GEMM and residual add in the recompute")
     pure = bool(re.search(r"\bpure\b", f.notes, re.I))
     rec.set("parallel", "grad_reduce_in_fp32", not pure,
             f"{src}: FSDP mixed_precision " + ("PURE (gradients reduced in BF16)" if pure

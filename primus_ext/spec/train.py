@@ -34,6 +34,14 @@ class TrainSpec:
     # Selective recompute modules (megatron-core --recompute-modules); core_attn is the
     # default, as in Megatron-LM.
     recompute_modules: tuple[str, ...] = ("core_attn",)
+    # Full recompute by torch.utils.checkpoint's non-reentrant implementation (PyTorch
+    # checkpoint_wrapper with CheckpointImpl.NO_REENTRANT; early stop on by default since
+    # torch 2.1, set_checkpoint_early_stop): the recompute raises _StopRecomputationError
+    # once the last tensor the block saved is packed again, so the ops after that point
+    # are not re-run -- in a dense block the MLP's second GEMM (its inputs are packed
+    # before it runs) and the residual add after it. False: megatron-core's
+    # CheckpointFunction, which re-runs the whole layer.
+    recompute_early_stop: bool = False
     attention_backend: str = "flash"
     # Which flash-attention kernel generation runs under attention_backend='flash':
     # 'native' = the hardware's tuned fused kernel (cuDNN / FlashAttention-3 on Hopper,

@@ -137,3 +137,7 @@ def test_llm_foundry_attention_follows_the_table_that_ran_it(by_id):
         run = by_id[run_id]
         assert run.spec.train.flash_attn_impl == impl, run_id
         assert any("flash_attn_impl" in n and cite in n for n in run.notes), run.notes
+    # Its checkpointing is torch's non-reentrant checkpoint_wrapper: early stop.
+    for run_id in ("P075", "P084"):
+        assert by_id[run_id].spec.train.recompute_early_stop is True
+    assert by_id["P046"].spec.train.recompute_early_stop is False  # Megatron-LM
