@@ -21,7 +21,8 @@ hardware presets cite the rows their asymptotes come from. Attention runs in BF1
 in FP8 runs. The memory roofline covers windowed layers, where keys are few.
 ``train.flash_attn_impl='fa2'`` (FlashAttention-2 where the hardware has a faster native
 kernel) scales both asymptotes by ``hardware.flash2_attention_ratio`` (H100: FA2 333 vs
-cuDNN 529 TFLOP/s causal hd128 forward at 8k, 318 vs 518 backward, 2.1: about 0.62).
+cuDNN 529 TFLOP/s causal hd128 forward at 8k, 318 vs 518 backward, 2.1: about 0.62);
+``'fa1'`` (FlashAttention-1 class) by that times ``FLASH1_TO_FLASH2``.
 
 The unfused path (megatron-core's local spec) is two batched GEMMs plus a
 scale-mask-softmax and an optional dropout over the full ``s_q x s_k`` score matrix.
@@ -34,6 +35,15 @@ from primus_ext.compute.gemm import gemm_time_s
 from primus_ext.spec.hardware import HardwareSpec
 
 QUERY_TILE = 128
+# FlashAttention-1 class kernels (flash-attn 1.x, and the Triton flash attention of
+# llm-foundry's layers/flash_attn_triton.py, which its TUTORIAL.md @v0.3.0 calls "slightly
+# faster than flash" = flash-attn 1.0.9) relative to FlashAttention-2 on the same GPU:
+# Dao-AILab/flash-attention assets/flash2_a100_fwd_bwd_benchmark.png (FlashAttention-2
+# release, A100, causal, head dim 128, forward + backward): FlashAttention 69/155,
+# 76/173, 80/182, 83/189 TFLOP/s at 2k-16k (0.44; 62/133 = 0.47 at 1k), "FlashAttention
+# Triton" 68-80 (0.42-0.44). Both run the sm80 mma.sync path on Hopper as FA2 does, so
+# the ratio is applied to the FA2 rate there too.
+FLASH1_TO_FLASH2 = 0.44
 
 
 def mean_keys_per_query(seq: int, window: int | None) -> float:
@@ -59,6 +69,8 @@ def flash_efficiency(hw: HardwareSpec, *, backward: bool, head_dim: float,
     eta = hw.attention_bwd_efficiency if backward else hw.attention_efficiency
     if impl == "fa2":
         eta *= hw.flash2_attention_ratio
+    elif impl == "fa1":
+        eta *= hw.flash2_attention_ratio * FLASH1_TO_FLASH2
     eta *= head_dim / (head_dim + hw.attention_half_head_dim)
     eta *= call_keys / (call_keys + hw.attention_half_keys)
     eta *= work_tiles / (work_tiles + hw.attention_half_tiles)

@@ -7,8 +7,10 @@ Kinds (seconds per microbatch on one rank):
 - ``*_recompute``: the same layer under full recompute (``recompute_granularity=full``),
   for the layers ``recompute_method`` / ``recompute_num_layers`` select in each pipeline
   chunk (``uniform``: every layer; ``block``: the first ``recompute_num_layers`` of each
-  chunk). Its ``recompute_s`` is the whole layer forward and its comms include the
-  re-issued forward collectives (phase ``bwd``, name suffix ``.recompute``).
+  chunk). Its ``recompute_s`` is the whole layer forward (less the ops after the last
+  saved tensor under torch's early-stopping checkpoint, ``train.recompute_early_stop``)
+  and its comms include the re-issued forward collectives (phase ``bwd``, name suffix
+  ``.recompute``).
   ``decoder_kinds`` names the variant layer by layer, so the projector needs no fraction;
 - selective recompute (``recompute_granularity=selective``) puts the forward time of
   the ``train.recompute_modules`` (default ``core_attn``) into every decoder kind's
@@ -104,11 +106,31 @@ def _selective(spec: RunSpec) -> set[str] | None:
     return mods
 
 
+def early_stop_ops(ops: list[OpCost], hidden_dropout: float) -> list[OpCost]:
+    """The ops a full recompute by torch's non-reentrant checkpoint re-runs.
+
+    With early stop (PyTorch >= 2.1, torch/utils/checkpoint.py: ``_recomputation_hook``
+    raises ``_StopRecomputationError`` once as many tensors are packed again as the
+    forward saved), the recompute ends at the block's last saved tensor. A dense block
+    ends with the MLP's second GEMM, whose autograd node packs its inputs before the GEMM
+    runs, and a residual add that saves nothing: neither is re-run. With dropout after
+    the GEMM its mask is saved after the GEMM, which then runs again; other endings (an
+    MoE block's unpermute) are re-run whole."""
+    if len(ops) >= 2 and [o.name for o in ops[-2:]] == ["fc2", "mlp_bda"] \
+            and hidden_dropout == 0:
+        return ops[:-2]
+    return list(ops)
+
+
 def _assemble(kind: str, ops: list[OpCost], comms: list[Tagged], recompute: set[str] | None,
-              fsdp: list[Tagged] = ()) -> LayerCost:
+              fsdp: list[Tagged] = (), early_stop_dropout: float | None = None
+              ) -> LayerCost:
+    """``early_stop_dropout``: the model's hidden dropout when a full recompute runs
+    under torch's early-stopping checkpoint (``train.recompute_early_stop``), else None."""
     f, d, w, ff, bf = sum_ops(ops)
     if recompute is ALL:
-        rec = [o for o in ops]
+        rec = list(ops) if early_stop_dropout is None else \
+            early_stop_ops(ops, early_stop_dropout)
     else:
         rec = [o for o in ops if o.module in recompute or f"op:{o.name}" in recompute]
     rec_s = sum(o.fwd_s for o in rec)
@@ -178,7 +200,9 @@ def _simulate(spec: RunSpec) -> LayerCosts:
             parts[(moe, window)] = ops, comms, _fsdp(spec, ops, dense_p, expert_p, base,
                                                     comms)
         ops, comms, fs = parts[(moe, window)]
-        kinds[name] = _assemble(name, ops, comms, ALL if i in full else selective, fs)
+        stop = model.hidden_dropout if spec.train.recompute_early_stop else None
+        kinds[name] = _assemble(name, ops, comms, ALL if i in full else selective, fs,
+                                early_stop_dropout=stop)
 
     e_ops = embedding_ops(sh)
     kinds["embedding"] = _assemble(

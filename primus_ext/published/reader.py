@@ -147,7 +147,8 @@ def _tuned_layout(row, line, base: dict, measured: Measured) -> PublishedRun:
 def _recipe(r: _Row, model: ModelSpec, preset: str | None, world: int) -> Recipe:
     """The source's documented recipe facts for this row (published_recipes.py)."""
     tp, pp, cp = r.int_("tp") or 1, r.int_("pp") or 1, r.int_("cp") or 1
-    facts = RowFacts(source=r.text("source"), model_preset=preset, gpu=r.text("gpu"),
+    facts = RowFacts(source=r.text("source"), source_detail=r.text("source_detail"),
+                     model_preset=preset, gpu=r.text("gpu"),
                      notes=r.text("notes"), num_layers=model.num_layers,
                      is_moe=model.is_moe, tp=tp, pp=pp, cp=cp,
                      dp=max(world // (tp * pp * cp), 1), vpp=r.int_("vp") or 1,

@@ -93,9 +93,19 @@ Sources and what they document (citations are the public files read):
   TP > 1; ``_perf_precision("fp8_cs")``: FP8 current (tensorwise) scaling). Sources with
   their own documented stack (the Llama 3 paper, torchtitan, llm-foundry) state these
   themselves and are not filled from Megatron recipes.
-- **llm-foundry MPT benchmarks** (``scripts/train/benchmarking``): ``attn_impl: flash``
-  is the flash-attn 2 package (FA2); the benchmark tables run FSDP with mixed precision
+- **llm-foundry MPT benchmarks** (``scripts/train/benchmarking``): the ">= 128 GPUs"
+  table (``sweep.py`` at 5e85bd62d) runs ``attn_impl: flash`` from ``pip .[gpu-flash2]``,
+  flash-attn 2.4.2 (FA2; its 13B / 30B runs use ``triton``, not modelled per model); the
+  other tables come from ``sweep.sh`` at b2a43a147, which never passes ``--attn_impl``,
+  so ``submit_benchmarks.py``'s default ``triton`` runs: llm-foundry v0.3.0's
+  ``flash_attn_triton.py``, a FlashAttention-1 class kernel (``flash_attn_impl='fa1'``).
+  The benchmark tables run FSDP with mixed precision
   ``DEFAULT`` (gradients reduced in FP32) unless the row says ``PURE`` (BF16 reduce).
+  Activation checkpointing is torch's non-reentrant checkpoint of each ``MPTBlock``
+  (``activation_checkpointing_reentrant: false`` in every ``yamls/pretrain/mpt-*.yaml``;
+  Composer ``composer/trainer/dist_strategy.py`` ``prepare_fsdp_module``:
+  ``checkpoint_wrapper(m, checkpoint_impl=CheckpointImpl.NO_REENTRANT)``), whose early
+  stop does not re-run the block's last GEMM and residual add.
 """
 from __future__ import annotations
 
@@ -147,6 +157,7 @@ class RowFacts:
     recompute_stated: bool
     precision: str = ""  # the row's precision cell, lower case
     sharding: str = ""  # the row's fsdp_or_zero cell, lower case
+    source_detail: str = ""  # the row's source_detail cell (which table of the source)
 
 
 # Sources whose TFLOP/s (and MFU) count core attention over the whole sequence:
@@ -381,13 +392,28 @@ def _torchtitan(f: RowFacts, rec: Recipe) -> None:
                         f"microbatches = pp = {f.pp} microbatches")
 
 
+# The README's ">= 128 GPUs" table (scripts/train/benchmarking/sweep.py, 5e85bd62d).
+_LARGE_SCALE = re.compile(r"large scale|>=\s*128 GPUs", re.I)
+
+
 def _llm_foundry(f: RowFacts, rec: Recipe) -> None:
     src = "llm-foundry"
-    rec.set("train", "flash_attn_impl", "fa2", f"{src}: attn_impl flash = flash-attn 2")
+    if _LARGE_SCALE.search(f.source_detail):
+        rec.set("train", "flash_attn_impl", "fa2", f"{src}: sweep.py (5e85bd62d) attn_impl "
+                "flash with pip .[gpu-flash2] = flash-attn 2.4.2")
+    else:
+        rec.set("train", "flash_attn_impl", "fa1", f"{src}: sweep.sh / submit_benchmarks.py "
+                "(b2a43a147) leave --attn_impl at its default 'triton' (llm-foundry v0.3.0 "
+                "flash_attn_triton.py, a FlashAttention-1 class kernel)")
     if f.precision == "fp8":
         rec.set("train", "fp8_recipe", "delayed", f"{src}: scripts/train/benchmarking/"
                 "submit_benchmarks.py (b2a43a147) installs Transformer Engine v0.10 for "
                 "FP8 runs, whose only FP8 recipe is DelayedScaling")
+    rec.set("train", "recompute_early_stop", True,
+            f"{src}: yamls/pretrain/mpt-*.yaml activation_checkpointing_reentrant: false; "
+            "Composer 0.16/0.17 prepare_fsdp_module wraps each MPTBlock in "
+            "checkpoint_wrapper(CheckpointImpl.NO_REENTRANT) on torch 2.1, whose early "
+            "stop skips the block's down_proj GEMM and residual add in the recompute")
     pure = bool(re.search(r"\bpure\b", f.notes, re.I))
     rec.set("parallel", "grad_reduce_in_fp32", not pure,
             f"{src}: FSDP mixed_precision " + ("PURE (gradients reduced in BF16)" if pure

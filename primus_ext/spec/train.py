@@ -13,7 +13,7 @@ RECOMPUTE_METHODS = (None, "uniform", "block")
 ATTENTION_BACKENDS = ("flash", "unfused")
 OPTIMIZERS = ("adam", "sgd")
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
-FLASH_IMPLS = ("native", "fa2")
+FLASH_IMPLS = ("native", "fa2", "fa1")
 CROSS_ENTROPY_IMPLS = ("native", "te")
 OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm",
                    "expert_fc1", "moe_act", "fused_group_mlp")
@@ -34,12 +34,21 @@ class TrainSpec:
     # Selective recompute modules (megatron-core --recompute-modules); core_attn is the
     # default, as in Megatron-LM.
     recompute_modules: tuple[str, ...] = ("core_attn",)
+    # Full recompute by torch.utils.checkpoint's non-reentrant implementation (PyTorch
+    # checkpoint_wrapper with CheckpointImpl.NO_REENTRANT; early stop on by default since
+    # torch 2.1, set_checkpoint_early_stop): the recompute raises _StopRecomputationError
+    # once the last tensor the block saved is packed again, so the ops after that point
+    # are not re-run -- in a dense block the MLP's second GEMM (its inputs are packed
+    # before it runs) and the residual add after it. False: megatron-core's
+    # CheckpointFunction, which re-runs the whole layer.
+    recompute_early_stop: bool = False
     attention_backend: str = "flash"
     # Which flash-attention kernel generation runs under attention_backend='flash':
     # 'native' = the hardware's tuned fused kernel (cuDNN / FlashAttention-3 on Hopper,
     # cuDNN / FA4 on Blackwell, CK / AITER on AMD: what Transformer Engine selects);
     # 'fa2' = FlashAttention-2 (Dao's flash-attn 2.x, PyTorch SDPA's flash backend), which
-    # uses no Hopper/Blackwell-specific tensor-core instructions (wgmma, TMA, tcgen05).
+    # uses no Hopper/Blackwell-specific tensor-core instructions (wgmma, TMA, tcgen05);
+    # 'fa1' = FlashAttention-1 class (flash-attn 1.x, llm-foundry's Triton flash attention).
     flash_attn_impl: str = "native"
     # --cross-entropy-loss-fusion: the vocab-parallel cross-entropy as one fused kernel
     # (megatron-core fused_vocab_parallel_cross_entropy / TE parallel_cross_entropy);

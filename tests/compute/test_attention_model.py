@@ -78,3 +78,20 @@ def test_unfused_counts_the_full_score_matrix():
     flash = flash_attention(hw, batch=1, heads=16, kv_heads=16, s_q=2048, s_kv=2048,
                             keys=1024, call_keys=1024, d_qk=128, d_v=128)
     assert t_f > flash[0]
+
+
+# FlashAttention-2 release chart (Dao-AILab/flash-attention
+# assets/flash2_a100_fwd_bwd_benchmark.png): A100, causal, head dim 128, 16k tokens,
+# forward + backward TFLOP/s of FlashAttention-2 and of FlashAttention (v1).
+@pytest.mark.parametrize("s,fa2,fa1", [(2048, 155, 69), (4096, 173, 76), (8192, 182, 80),
+                                       (16384, 189, 83)])
+def test_a100_fa1_and_fa2_priors_track_the_flash2_release_chart(s, fa2, fa1):
+    hw = hardware_preset("a100")
+    rates = {}
+    for impl in ("fa2", "fa1"):
+        t_f, t_b, f_f, f_b, _, _ = flash_attention(
+            hw, batch=16384 // s, heads=16, kv_heads=16, s_q=s, s_kv=s, keys=s / 2,
+            call_keys=s / 2, d_qk=128, d_v=128, impl=impl)
+        rates[impl] = (f_f + f_b) / (t_f + t_b) / 1e12
+    assert rates["fa2"] == pytest.approx(fa2, rel=0.05)
+    assert rates["fa1"] == pytest.approx(fa1, rel=0.05)

@@ -125,3 +125,19 @@ def test_perf_matrix_needs_the_same_recipe():
         rec = Recipe()
         perf_matrix_memory(facts(**kw), rec)
         assert rec.train.get("cpu_offloading_num_layers", 0) == layers, kw
+
+
+def test_llm_foundry_attention_follows_the_table_that_ran_it(by_id):
+    # The ">= 128 GPUs" table: sweep.py (5e85bd62d), attn_impl flash, pip .[gpu-flash2]
+    # (flash-attn 2.4.2). The other tables: sweep.sh (b2a43a147) leaves --attn_impl at
+    # submit_benchmarks.py's default 'triton' (flash_attn_triton.py, FlashAttention-1 class).
+    for run_id, impl, cite in (("P079", "fa2", "5e85bd62d"), ("P081", "fa2", "gpu-flash2"),
+                               ("P083", "fa1", "b2a43a147"), ("P087", "fa1", "triton"),
+                               ("P089", "fa1", "triton")):
+        run = by_id[run_id]
+        assert run.spec.train.flash_attn_impl == impl, run_id
+        assert any("flash_attn_impl" in n and cite in n for n in run.notes), run.notes
+    # Its checkpointing is torch's non-reentrant checkpoint_wrapper: early stop.
+    for run_id in ("P075", "P084"):
+        assert by_id[run_id].spec.train.recompute_early_stop is True
+    assert by_id["P046"].spec.train.recompute_early_stop is False  # Megatron-LM
