@@ -125,9 +125,13 @@ def simulated_view(spec: RunSpec) -> RunSpec:
                   cp_comm_type="allgather" if p.cp > 1 else p.cp_comm_type,
                   sequence_parallel=p.sequence_parallel or (m.is_moe and p.tp > 1))
     ac = t.activation_checkpoint
+    # Full AC wraps each block in torch's non-reentrant checkpoint (torchtitan
+    # parallelize_llama.py _apply_ac_to_transformer_block: ptd_checkpoint_wrapper, whose
+    # default is CheckpointImpl.NO_REENTRANT), which stops recomputing once the block's
+    # last saved tensor is rebuilt (train.recompute_early_stop).
     rec = {"none": dict(recompute_granularity=None),
            "full": dict(recompute_granularity="full", recompute_method="uniform",
-                        recompute_num_layers=1),
+                        recompute_num_layers=1, recompute_early_stop=True),
            "selective": dict(recompute_granularity="selective",
                              recompute_modules=SAC_MODULES)}[ac]
     train = replace(t, activation_checkpoint="none", compile=False,

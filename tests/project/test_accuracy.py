@@ -25,8 +25,9 @@ def test_published_runs_within_the_accuracy_bounds(results):
     unprojected = [r.run_id for r in results if r.estimate is None]
     assert len(errs) >= 97  # every row of the public set
     assert not unprojected, unprojected
-    assert percentile(errs, 50) <= 0.06
-    assert percentile(errs, 90) <= 0.16
+    # The fidelity issue's acceptance: calibrated median <= 5 %, p90 <= 12 %.
+    assert percentile(errs, 50) <= 0.05
+    assert percentile(errs, 90) <= 0.12
 
 
 def test_priors_only_within_ten_percent():

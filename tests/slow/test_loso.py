@@ -21,5 +21,6 @@ def test_leave_one_source_out_median_and_p90():
     per_source, errs = leave_one_source_out(runs, warm=warm)
     assert len(per_source) >= 8
     assert len(errs) >= 90
-    assert percentile(errs, 50) <= 0.10, per_source
-    assert percentile(errs, 90) <= 0.25, per_source
+    # The fidelity issue's acceptance: median <= 8 %, p90 <= 20 %.
+    assert percentile(errs, 50) <= 0.08, per_source
+    assert percentile(errs, 90) <= 0.20, per_source
