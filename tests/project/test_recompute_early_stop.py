@@ -13,6 +13,7 @@ from primus_ext.compute.layer_ops import attention_ops, mlp_block_ops
 from primus_ext.compute.ops import Shapes
 from primus_ext.project.simulate_backend import early_stop_ops, simulate_layer_costs
 from primus_ext.published import read_runs
+from tests.project.dispatch_count import forward_backward_ops
 
 
 def _torch_recomputed_ops(dropout: float) -> tuple[int, int, int]:
@@ -21,17 +22,7 @@ def _torch_recomputed_ops(dropout: float) -> tuple[int, int, int]:
     torch = pytest.importorskip("torch")
     from torch import nn
     from torch.nn import functional as F
-    from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.checkpoint import checkpoint
-
-    class Count(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops: list[str] = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops.append(func.overloadpacket.__name__)
-            return func(*args, **(kwargs or {}))
 
     class MPTBlock(nn.Module):
         # norm_1, Wqkv, attention, out_proj, residual; norm_2, up_proj, GELU, down_proj,
@@ -56,13 +47,9 @@ def _torch_recomputed_ops(dropout: float) -> tuple[int, int, int]:
     block, x = MPTBlock(), torch.randn(2, 8, 32, requires_grad=True)
     counts = []
     for ckpt in (False, True):
-        c = Count()
-        with c:
-            y = checkpoint(block, x, use_reentrant=False) if ckpt else block(x)
-            n_fwd = len(c.ops)
-            y.sum().backward()
-        counts.append((c.ops[:n_fwd].count("addmm"), c.ops[n_fwd:].count("addmm"),
-                       c.ops[n_fwd:].count("add")))
+        fwd, bwd = forward_backward_ops(
+            lambda: checkpoint(block, x, use_reentrant=False) if ckpt else block(x))
+        counts.append((fwd.count("addmm"), bwd.count("addmm"), bwd.count("add")))
     (f0, b0, a0), (f1, b1, a1) = counts
     assert f0 == f1 and b0 == 0  # without checkpointing the backward runs no addmm
     return f1, b1, a1 - a0

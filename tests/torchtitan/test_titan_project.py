@@ -9,6 +9,7 @@ from primus_ext.project.schedule import ScheduleInput, simulate
 from primus_ext.project.torchtitan import SAC_MODULES, simulated_view
 from primus_ext.project.validate import percentile
 from primus_ext.published import DEFAULT_PATH
+from tests.project.dispatch_count import forward_backward_ops
 
 BASE = ["framework=torchtitan", "model=llama3_8b", "cluster.hardware=h100",
         "cluster.num_nodes=4", "train.global_batch_size=64"]
@@ -160,16 +161,6 @@ def test_full_checkpointing_stops_early_as_torchtitans_wrapper_does():
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
         checkpoint_wrapper)
     from torch.nn import functional as F
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Count(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops: list[str] = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops.append(func.overloadpacket.__name__)
-            return func(*args, **(kwargs or {}))
 
     class Block(nn.Module):  # torchtitan models/llama/model.py TransformerBlock order
         def __init__(self, d: int = 32, heads: int = 4):
@@ -193,12 +184,8 @@ def test_full_checkpointing_stops_early_as_torchtitans_wrapper_does():
 
     torch.manual_seed(0)
     block, x = checkpoint_wrapper(Block()), torch.randn(2, 8, 32, requires_grad=True)
-    c = Count()
-    with c:
-        y = block(x)
-        n_fwd = len(c.ops)
-        y.sum().backward()
-    fwd_mm, rerun_mm = c.ops[:n_fwd].count("mm"), c.ops[n_fwd:].count("mm")
+    fwd, bwd = forward_backward_ops(lambda: block(x))
+    fwd_mm, rerun_mm = fwd.count("mm"), bwd.count("mm")
     # Backward itself runs two mm per linear (dgrad, wgrad): what is left was re-run.
     assert fwd_mm == 7 and rerun_mm - 2 * fwd_mm == 6
     view = simulated_view(primus_ext.compose(BASE + ["train.activation_checkpoint=full"]))
