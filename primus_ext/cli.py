@@ -113,7 +113,11 @@ def main() -> None:
         _fail(str(exc))
     sys.argv[:] = argv
     os.environ.update(env)
-    _app()
+    try:
+        _app()
+    except KeyboardInterrupt:  # Ctrl-C before a mode has anything to report: no traceback
+        print("primus-ext: interrupted", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

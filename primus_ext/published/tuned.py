@@ -39,7 +39,10 @@ def tuned_layout(key: tuple, line: int | None, parse_row):
     settings = TuneSettings(max_candidates=TUNE_CANDIDATES, max_seconds=None,
                             progress=False, reference=None, calibration=None,
                             space=SpaceSettings(values=fixed))
-    best = tune(spec, settings, write=False).best_spec
+    result = tune(spec, settings, write=False)
+    if result.interrupted:  # Ctrl-C belongs to the caller (a tuner's reference lookup)
+        raise KeyboardInterrupt
+    best = result.best_spec
     if best is None:
         return (None, f"row {probe.run_id}: columns 'tp', 'pp': empty, and the tuner "
                 "found no layout that fits", probe.notes, *found)

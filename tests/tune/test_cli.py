@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 JOB = ["model=llama3.1_70b", "cluster.num_nodes=8", "train.global_batch_size=128",
        "train.seq_length=8192", "tune.space.tp=[4,8]", "tune.space.pp=[2,4]",
@@ -76,8 +78,8 @@ def test_ctrl_c_leaves_a_valid_journal_and_resume_continues(tmp_path):
     journal = out / "trials.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        # Interrupt early: the exhaustive run takes a few seconds, and a loaded machine
-        # can delay this loop by more than that.
+        # Interrupt early, while the planner and the reference lookup (a nested tune of
+        # the published rows without a layout) run: Ctrl-C there must stop this run too.
         if journal.is_file() and journal.read_text().count("\n") > 10:
             break
         time.sleep(0.2)
@@ -97,3 +99,24 @@ def test_ctrl_c_leaves_a_valid_journal_and_resume_continues(tmp_path):
     assert after[:len(records)] == records  # appended, never rewritten
     keys = [json.dumps(r["candidate"], sort_keys=True) for r in after if r["kind"] == "trial"]
     assert len(keys) == len(set(keys))
+
+
+def test_ctrl_c_in_a_nested_tune_reaches_the_caller(monkeypatch):
+    """Reading a published row without a layout runs a tuner of its own (the reference
+    lookup of every tune does); a Ctrl-C that lands there interrupts the caller instead
+    of being spent on the nested search (it was: the outer tune then ran to the end)."""
+    import primus_ext.tune.run as run
+    from primus_ext.published import read_runs
+    from primus_ext.published.tuned import tuned_layout
+
+    class Interrupted:
+        interrupted = True
+        best_spec = None
+
+    monkeypatch.setattr(run, "tune", lambda *a, **k: Interrupted())
+    tuned_layout.cache_clear()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            read_runs()
+    finally:
+        tuned_layout.cache_clear()
