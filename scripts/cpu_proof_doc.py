@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from proof_common import result_table
+from proof_common import breakdown_table, result_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,12 +85,8 @@ def write_doc(results: dict) -> None:
     lines += ["", f"Single rounds are far noisier than the medians: their errors run from "
               f"{min(errs):+.0%} to {max(errs):+.0%} (listed below; the notes at the end "
               "say why)."]
-    lines += ["", "Projected breakdown (s):", "",
-              "| config | " + " | ".join(k[:-2] for k in rows[0]["breakdown"]) + " |",
-              "| --- | " + " | ".join("---:" for _ in rows[0]["breakdown"]) + " |"]
-    for r in rows:
-        lines.append(f"| {r['config']} | "
-                     + " | ".join(f"{v:.4f}" for v in r["breakdown"].values()) + " |")
+    lines += ["", "Projected breakdown (s):", ""]
+    lines += breakdown_table(rows)
     lines += ["", "Collective fits of the last round (2 processes, gloo):", "",
               "| config | collective | alpha (us) | GB/s | max rel. error |",
               "| --- | --- | ---: | ---: | ---: |"]

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from proof_common import fit_collectives, load as _load, med as _med, \
     meta as _proof_meta, run as _run, steady_steps, torchrun as _torchrun, \
-    with_fits, result_table  # noqa: E402
+    with_fits, breakdown_table, result_table  # noqa: E402
 
 RESULTS = ROOT / "docs" / "cpu-proof-torchtitan.json"
 NOTES = """## Where the errors come from
@@ -332,12 +332,8 @@ def _write_doc(results: dict) -> None:
     for r in rows:
         lines.append(f"- {r['config']}: `{' '.join(r['overrides'])}`; "
                      f"`{' '.join(r['flags'])}`")
-    lines += ["", "Projected breakdown (s), first round:", "",
-              "| config | " + " | ".join(k[:-2] for k in rows[0]["breakdown"]) + " |",
-              "| --- | " + " | ".join("---:" for _ in rows[0]["breakdown"]) + " |"]
-    for r in rows:
-        lines.append(f"| {r['config']} | "
-                     + " | ".join(f"{v:.4f}" for v in r["breakdown"].values()) + " |")
+    lines += ["", "Projected breakdown (s), first round:", ""]
+    lines += breakdown_table(rows)
     lines += ["", "Per round: projected / measured step (s):", ""]
     for r in rows:
         lines.append(f"- {r['config']}: " + "; ".join(

@@ -106,3 +106,14 @@ def result_table(rows: list[dict]) -> list[str]:
         lines.append(f"| {r['config']} | {r['what']} | {r['projected_step_s']:.4f} | "
                      f"{r['measured_step_s']:.4f} | {r['error']:+.1%} |")
     return lines
+
+
+def breakdown_table(rows: list[dict]) -> list[str]:
+    """The projected step's breakdown (s) of every config, one row each."""
+    keys = rows[0]["breakdown"]
+    lines = ["| config | " + " | ".join(k[:-2] for k in keys) + " |",
+             "| --- | " + " | ".join("---:" for _ in keys) + " |"]
+    for r in rows:
+        lines.append(f"| {r['config']} | "
+                     + " | ".join(f"{v:.4f}" for v in r["breakdown"].values()) + " |")
+    return lines

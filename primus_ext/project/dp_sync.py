@@ -112,11 +112,13 @@ def _layout_buckets(spec: RunSpec, layout, fn, expert: bool, forward: bool
         return []
     if forward:
         sizes.reverse()
-    out, done = [], 0
+    out, done, secs = [], 0, {}  # buckets of one size cost the same
     for n in sizes:
         done += n
-        one = fn(spec, (0.0, float(n)) if expert else (float(n), 0.0), bucketed=False)
-        out.append((done / total, one.total_s))
+        if n not in secs:
+            secs[n] = fn(spec, (0.0, float(n)) if expert else (float(n), 0.0),
+                         bucketed=False).total_s
+        out.append((done / total, secs[n]))
     return out
 
 
@@ -219,7 +221,11 @@ def dp_sync(spec: RunSpec, st, *, megatron_buckets: bool = True) -> DpSync:
     if par.vpp > 1 and spec.num_microbatches % par.pp:
         group = spec.num_microbatches  # one group (see project/estimate.py)
     exposed, opt, grads, gathers = [], [], [], []
-    memo: dict = {}  # stages with the same parameters and times cost the same
+    # Stages with the same parameters share their buckets (only the first stage's first
+    # chunk is laid out apart) and their optimizer step; the exposure depends on each
+    # stage's times and its place in the pipeline.
+    buckets: dict = {}
+    steps: dict = {}
     slack = lead = 0.0  # cool-down / warm-up of the stages before s (module docstring)
     for s, (chunks, stage_counts) in enumerate(_param_counts(spec)):
         bwd = [a + b for a, b in zip(st.bwd_input_s[s], st.bwd_weight_s[s])]
@@ -228,18 +234,18 @@ def dp_sync(spec: RunSpec, st, *, megatron_buckets: bool = True) -> DpSync:
             slack += st.bwd_input_s[s - 1][0] + st.bwd_weight_s[s - 1][0]
             lead += st.fwd_s[s - 1][0]
         lead_s = lead if par.align_param_gather and par.vpp > 1 else 0.0
-        key = (chunks, tuple(bwd), tuple(fwd), s == 0, slack, lead_s)
-        if key not in memo:
+        key = (chunks, s == 0)
+        if key not in buckets:
             g_b = _chunk_syncs(spec, chunks, dp_grad_sync, s == 0, not megatron_buckets, s)
             p_b = _chunk_syncs(spec, chunks, param_gather, s == 0, not megatron_buckets, s)
-            memo[key] = (grad_sync_exposed_s(spec, g_b, bwd, group, slack)
-                         + param_gather_exposed_s(spec, p_b, fwd, group, lead_s),
-                         optimizer_step_s(spec, stage_counts),
-                         sum(t for ch in g_b for _, t in ch),
-                         sum(t for ch in p_b for _, t in ch))
-        e, o, g, p = memo[key]
-        exposed.append(e)
-        opt.append(o)
+            buckets[key] = (g_b, p_b, sum(t for ch in g_b for _, t in ch),
+                            sum(t for ch in p_b for _, t in ch))
+        g_b, p_b, g, p = buckets[key]
+        if stage_counts not in steps:
+            steps[stage_counts] = optimizer_step_s(spec, stage_counts)
+        exposed.append(grad_sync_exposed_s(spec, g_b, bwd, group, slack)
+                       + param_gather_exposed_s(spec, p_b, fwd, group, lead_s))
+        opt.append(steps[stage_counts])
         grads.append(g)
         gathers.append(p)
     how = ("FSDP (per-layer traffic in the layer costs)" if par.fsdp else
