@@ -39,6 +39,12 @@ class LayerCost:
     comms: tuple[CommOp, ...] = ()
     fwd_flops: float = 0.0  # executed FLOPs (not the Megatron model-FLOP count)
     bwd_flops: float = 0.0
+    # The host clock (compute/host.py): seconds the node's CPU takes to issue the
+    # forward, and the backward with its recompute; host-device synchronisations in each.
+    fwd_host_s: float = 0.0
+    bwd_host_s: float = 0.0
+    fwd_syncs: int = 0
+    bwd_syncs: int = 0
 
     @property
     def fwd_comm_s(self) -> float:

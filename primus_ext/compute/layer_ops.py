@@ -48,7 +48,14 @@ def core_attention(sh: Shapes, *, window: int | None, d_qk: int, d_v: int,
                             s_q=s / cp, s_kv=s, keys=keys, call_keys=call_keys, d_qk=d_qk,
                             d_v=d_v, num_calls=cp, impl=tr.flash_attn_impl)
     t_f, t_b, f_f, f_b, b_f, b_b = t
-    return OpCost("core_attn", "core_attn", t_f, t_b, 0.0, f_f, f_b, 0.0, b_f, b_b)
+    # Kernels: a fused (flash) call is one forward kernel and two backward (the dO.O
+    # preprocess and the main kernel; cuDNN and FlashAttention-2/3 alike), per CP ring
+    # step; megatron-core's unfused path is baddbmm, the fused scale-mask-softmax, dropout
+    # and bmm forward, and their gradients backward.
+    calls = cp if cp > 1 and sh.par.cp_comm_type != "a2a" else 1
+    k_f, k_b = (4, 5) if tr.attention_backend == "unfused" else (calls, 2 * calls)
+    return OpCost("core_attn", "core_attn", t_f, t_b, 0.0, f_f, f_b, 0.0, b_f, b_b, k_f,
+                  k_b)
 
 
 def _rope(sh: Shapes, tokens: float, width: float, module: str = "rope") -> OpCost:

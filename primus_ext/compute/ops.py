@@ -26,6 +26,11 @@ class OpCost:
     wgrad_flops: float = 0.0
     fwd_bytes: float = 0.0
     bwd_bytes: float = 0.0
+    # Kernels the op launches on a GPU (the host clock's launch count, compute/host.py):
+    # a GEMM's forward is one, its backward two (dgrad, wgrad); a memory-bound op as
+    # many as its kernel chain.
+    fwd_kernels: int = 1
+    bwd_kernels: int = 2
 
     @property
     def bwd_flops(self) -> float:
@@ -87,6 +92,8 @@ def linear(sh: Shapes, name: str, module: str, tokens: float, d_in: int, d_out: 
     in_b = 1 if dtype == "fp8" else (4 if dtype == "fp32" else 2)
     b_f = (tokens * d_in + tokens * d_out) * groups * in_b + d_in * d_out * groups * in_b
     b_b = 2 * b_f
+    # One GEMM per group (TE GroupedLinear: one cuBLAS call per local expert).
+    k_f, k_b = groups, 2 * groups
     if dtype == "fp8":
         cast_f = tokens * d_in * groups * 4.0  # read bf16, write two fp8 copies
         cast_b = tokens * d_out * groups * 4.0
@@ -94,7 +101,8 @@ def linear(sh: Shapes, name: str, module: str, tokens: float, d_in: int, d_out: 
         t_d += cast_b / sh.bw + sh.overhead
         b_f += cast_f
         b_b += cast_b
-    return OpCost(name, module, t_f, t_d, t_w, flops, flops, flops, b_f, b_b)
+        k_f, k_b = k_f + 1, k_b + 1
+    return OpCost(name, module, t_f, t_d, t_w, flops, flops, flops, b_f, b_b, k_f, k_b)
 
 
 def memory_op(sh: Shapes, name: str, module: str, fwd_bytes: float, bwd_bytes: float, *,
@@ -104,9 +112,12 @@ def memory_op(sh: Shapes, name: str, module: str, fwd_bytes: float, bwd_bytes: f
     bw = sh.gather_bw if gather else sh.bw
     t_f = fwd_bytes / bw + fwd_kernels * sh.overhead if fwd_bytes > 0 else 0.0
     t_b = bwd_bytes / bw + bwd_kernels * sh.overhead if bwd_bytes > 0 else 0.0
+    k = dict(fwd_bytes=fwd_bytes, bwd_bytes=bwd_bytes,
+             fwd_kernels=fwd_kernels if fwd_bytes > 0 else 0,
+             bwd_kernels=bwd_kernels if bwd_bytes > 0 else 0)
     if bwd_is_wgrad:
-        return OpCost(name, module, t_f, 0.0, t_b, fwd_bytes=fwd_bytes, bwd_bytes=bwd_bytes)
-    return OpCost(name, module, t_f, t_b, 0.0, fwd_bytes=fwd_bytes, bwd_bytes=bwd_bytes)
+        return OpCost(name, module, t_f, 0.0, t_b, **k)
+    return OpCost(name, module, t_f, t_b, 0.0, **k)
 
 
 def norm(sh: Shapes, name: str, tokens: float, width: int, module: str = "layernorm"

@@ -1,8 +1,10 @@
 """Step composition: layer costs -> pipeline schedule -> data-parallel sync -> Estimate.
 
-step = pipeline makespan (event simulation over per-stage costs, p2p included)
+step = pipeline makespan (event simulation over per-stage costs, p2p included; each
+       phase timed on two clocks, the host's and the device's: project/stages.py)
      + exposed data-parallel gradient sync and parameter all-gather
-     + optimizer step,
+     + optimizer step (device and host side by side)
+     + the host's per-iteration work (read-backs, the training loop: host_step.py),
 taken on the slowest pipeline stage. Overlap rules for the data-parallel part
 (megatron-core DDP and distributed optimizer):
 
@@ -19,6 +21,7 @@ from primus_ext.compute.model_flops import FORMULA_NAME, model_flops_per_token
 from primus_ext.project.calibration import Calibration, load_calibration
 from primus_ext.compute.costs import LayerCosts
 from primus_ext.project.dp_sync import dp_sync
+from primus_ext.project.host_step import p2p_host_s, step_host
 from primus_ext.project.estimate_types import Estimate
 from primus_ext.project.schedule import ScheduleInput
 from primus_ext.project.schedule_fast import simulate_fast
@@ -92,7 +95,7 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
     if costs is None:
         costs = simulate_layer_costs(spec)
     st = stage_times(spec, costs)
-    sched = simulate_fast(_schedule_input(spec, st, p2p_time_s(spec)),
+    sched = simulate_fast(_schedule_input(spec, st, p2p_time_s(spec) + p2p_host_s(spec)),
                           record_events=record_timeline)
     mem = _memory(framework_spec, memory_options, memory_report)
     sync = dp_sync(spec, st, megatron_buckets=framework_spec.framework == "megatron")
@@ -103,14 +106,19 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
         replicas = replica_all_reduce_s(framework_spec, bwd)[1]
 
     m = spec.num_microbatches
-    totals = [sched.step_s + sync.exposed_s[s] + sync.optimizer_s[s] + replicas[s]
-              for s in range(spec.parallel.pp)]
+    host = [step_host(spec, s) for s in range(spec.parallel.pp)]
+    # The optimizer's device and host time side by side; the rest of the loop's host
+    # work (read-backs, logging reductions, the loop itself) with the device idle.
+    optimizer = [max(sync.optimizer_s[s], host[s].optimizer_s)
+                 for s in range(spec.parallel.pp)]
+    totals = [sched.step_s + sync.exposed_s[s] + optimizer[s] + replicas[s]
+              + host[s].other_s for s in range(spec.parallel.pp)]
     # The critical stage: the latest to finish; among stages that finish together (the
     # pipeline ties them) the one with the most work of its own, so that the breakdown
     # shows the stage that sets the pace rather than one that waits for it.
     top = max(totals)
     crit = max((s for s in range(len(totals)) if totals[s] >= top * (1 - 1e-6)),
-               key=lambda s: sched.busy_s[s] + sync.exposed_s[s] + sync.optimizer_s[s]
+               key=lambda s: sched.busy_s[s] + sync.exposed_s[s] + optimizer[s]
                + replicas[s])
     step_s = totals[crit]
     comm = st.comm_s[crit]
@@ -123,6 +131,10 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
         "dp_comm_s": sync.exposed_s[crit] + replicas[crit]
         + m * (comm.get("dp", 0.0) + comm.get("edp", 0.0)),
         "optimizer_s": sync.optimizer_s[crit],
+        # What the host clock adds: host-bound phases of the layers, the optimizer's
+        # host time beyond its device time, the loop's own work.
+        "host_s": m * (st.host_s[crit] if st.host_s else 0.0)
+        + optimizer[crit] - sync.optimizer_s[crit] + host[crit].other_s,
     }
     # The pipeline's idle time and p2p waits on the critical stage close the sum.
     breakdown["pp_bubble_s"] = max(step_s - sum(breakdown.values()), 0.0)

@@ -44,8 +44,26 @@ FITTED = {
     "attention": (("attention_efficiency", "attention_bwd_efficiency"), 0.1, 0.9),
     "scale_out": (("scale_out_efficiency",), 0.3, 0.96),
 }
+# The host clock's constants (spec/hardware.py, compute/host.py), fitted on runs whose
+# step the host sets: Megatron-LM's GPU-measured functional tests (published/golden.py).
+# Bounds: a node CPU from a tenth to ten times the reference host; launch 1-30 us (AP
+# 5.1: 2.4 us device-side, 4-6 us host submission); the others from nothing to
+# several times the largest per-call figure published (TE issue 2053: a TE Linear
+# forward's host time 13.5 us torch vs about 36 us TE on a DGX H100).
+HOST_FITTED = {
+    "host_speed": (("host_speed",), 0.1, 10.0),
+    "launch": (("launch_s",), 1e-6, 3e-5),
+    "te_host": (("te_module_host_s",), 1e-6, 5e-4),
+    "collective_host": (("collective_host_s",), 1e-6, 5e-4),
+    "sync": (("sync_s",), 1e-6, 2e-4),
+    "step_host": (("step_host_s",), 1e-4, 0.2),
+}
 ROW_SIGMA = 0.10
 PRIOR_SIGMA = 0.15
+# Host constants are known to within a factor of a few (no datasheet states them): a
+# wide prior, in log units.
+HOST_PRIOR_SIGMA = 1.0
+KNOBS = {**FITTED, **HOST_FITTED}
 _STEPS = (1.25, 1.1, 1.04, 1.015)
 
 
@@ -90,7 +108,7 @@ def _rho(e: float) -> float:
 def _values(hw: HardwareSpec, factors: dict) -> dict:
     out = {}
     for knob, f in factors.items():
-        fields, lo, hi = FITTED[knob]
+        fields, lo, hi = KNOBS[knob]
         for name in fields:
             out[name] = min(max(getattr(hw, name) * f, lo), hi)
     return out
@@ -113,7 +131,9 @@ def _msle(errs: list[float]) -> float:
 def _objective(rows, hw, factors, project_row) -> float:
     errs = _errors(rows, _values(hw, factors), project_row)
     loss = sum(_rho(e) for e in errs) / max(len(errs), 1)
-    penalty = sum(math.log(f) ** 2 for f in factors.values()) / (2 * PRIOR_SIGMA ** 2)
+    penalty = sum(math.log(f) ** 2 / (2 * (HOST_PRIOR_SIGMA if k in HOST_FITTED
+                                           else PRIOR_SIGMA) ** 2)
+                  for k, f in factors.items())
     return loss + ROW_SIGMA ** 2 / max(len(rows), 1) * penalty
 
 
@@ -130,7 +150,7 @@ def fit_hardware(hw: HardwareSpec, rows, project_row, knobs=tuple(FITTED),
     steps = _STEPS
     if start:
         for k in knobs:
-            first = FITTED[k][0][0]
+            first = KNOBS[k][0][0]
             if first in start and getattr(hw, first) > 0:
                 factors[k] = start[first] / getattr(hw, first)
         steps = _STEPS[1:]
@@ -152,8 +172,24 @@ def fit_hardware(hw: HardwareSpec, rows, project_row, knobs=tuple(FITTED),
     return values, before, _msle(_errors(rows, values, project_row))
 
 
+def _by_hardware(runs) -> dict[str, list]:
+    from primus_ext.project.validate import measured_tokens
+    by_hw: dict[str, list] = {}
+    for run in runs:
+        tokens, _ = measured_tokens(run)
+        if run.spec is None or not tokens:
+            continue
+        by_hw.setdefault(run.spec.cluster.hardware.name, []).append((run, tokens))
+    return by_hw
+
+
+def _sig(v: float) -> float:
+    """Four significant digits (host constants are microseconds)."""
+    return float(f"{v:.4g}")
+
+
 def fit(runs, project_fn, base: Calibration | None = None,
-        warm: Calibration | None = None) -> FitReport:
+        warm: Calibration | None = None, host_runs=()) -> FitReport:
     """Fit every hardware preset that has measured rows among ``runs``.
 
     ``runs``: PublishedRun-like objects with ``spec`` and a measured tokens figure
@@ -162,15 +198,11 @@ def fit(runs, project_fn, base: Calibration | None = None,
     refits start from the fit on all sources: fewer steps, and the coordinate descent may
     stop at a slightly different point than a cold start; on the public set the held-out
     p90 differs by about 0.3 points).
+    ``host_runs``: runs whose step the host sets (published/golden.py): after the
+    efficiency constants, each of their presets' host constants (``HOST_FITTED``) are
+    fitted on them alone, the efficiencies held.
     """
-    from primus_ext.project.validate import measured_tokens
-
-    by_hw: dict[str, list] = {}
-    for run in runs:
-        tokens, _ = measured_tokens(run)
-        if run.spec is None or not tokens:
-            continue
-        by_hw.setdefault(run.spec.cluster.hardware.name, []).append((run, tokens))
+    by_hw = _by_hardware(runs)
 
     def project_row(run, values):
         spec = run.spec
@@ -190,8 +222,26 @@ def fit(runs, project_fn, base: Calibration | None = None,
         constants[name] = {k: round(v, 4) for k, v in values.items()}
         report[name] = {"rows": len(rows), "msle_before": before, "msle_after": after,
                         **constants[name]}
-    inherited = _inherit(constants, {n: len(r) for n, r in by_hw.items()})
-    meta = {"fitted_knobs": {k: list(v[0]) for k, v in FITTED.items()},
+    host_by_hw = _by_hardware(host_runs)
+    for name, rows in sorted(host_by_hw.items()):
+        hw = rows[0][0].spec.cluster.hardware
+        held = {k: v for k, v in constants.get(name, {}).items()
+                if k not in {f for fs, _, _ in HOST_FITTED.values() for f in fs}}
+        start = warm.constants.get(name) if warm else None
+
+        def project_held(run, values, held=held):
+            return project_row(run, {**held, **values})
+        values, before, after = fit_hardware(hw, rows, project_held,
+                                             knobs=tuple(HOST_FITTED), start=start)
+        constants[name] = {**constants.get(name, {}),
+                           **{k: _sig(v) for k, v in values.items()}}
+        report[f"{name} (host)"] = {"rows": len(rows), "msle_before": before,
+                                    "msle_after": after,
+                                    **{k: _sig(v) for k, v in values.items()}}
+    inherited = _inherit(constants, {n: len(r) for n, r in
+                                     {**by_hw, **host_by_hw}.items()})
+    meta = {"fitted_knobs": {k: list(v[0]) for k, v in KNOBS.items()},
+            "host_prior_sigma": HOST_PRIOR_SIGMA,
             "loss": "pseudo-Huber of the log error", "row_sigma": ROW_SIGMA,
             "prior_sigma": PRIOR_SIGMA, "inherited": inherited}
     return FitReport(calibration=Calibration(constants=constants, meta=meta),

@@ -29,13 +29,15 @@ from primus_ext.comm.layer_comm import Tagged, attention_comms, embedding_comms,
     fsdp_comms, mlp_comms, mtp_glue_comms, output_comms
 from primus_ext.comm.step_comm import dp_grad_sync_s, p2p_time_s, param_gather_s
 from primus_ext.compute.extra_ops import embedding_ops, mtp_glue_ops, output_ops
+from primus_ext.compute.host import (HostWork, embedding_work, graphed_parts, layer_parts,
+                                     output_work, replay)
 from primus_ext.compute.layer_ops import attention_ops, mlp_block_ops
 from primus_ext.compute.ops import OpCost, Shapes, sum_ops
 from primus_ext.project.optimizer import optimizer_step_s
 from primus_ext.compute.rank_params import embedding_params_on_rank, \
     layer_params_on_rank, mtp_params_on_rank, output_params_on_rank
 from primus_ext.compute.costs import LayerCost, LayerCosts
-from primus_ext.spec.run import RunSpec
+from primus_ext.spec.run import RunSpec, uses_te
 
 # Helpers of the step composer, re-exported here: one import for the simulate backend.
 __all__ = ["simulate_layer_costs", "full_recompute_layers", "p2p_time_s", "dp_grad_sync_s",
@@ -123,10 +125,13 @@ def early_stop_ops(ops: list[OpCost], hidden_dropout: float) -> list[OpCost]:
 
 
 def _assemble(kind: str, ops: list[OpCost], comms: list[Tagged], recompute: set[str] | None,
-              fsdp: list[Tagged] = (), early_stop_dropout: float | None = None
+              fsdp: list[Tagged] = (), early_stop_dropout: float | None = None,
+              host: tuple[HostWork, HostWork] | None = None, spec: RunSpec | None = None
               ) -> LayerCost:
     """``early_stop_dropout``: the model's hidden dropout when a full recompute runs
-    under torch's early-stopping checkpoint (``train.recompute_early_stop``), else None."""
+    under torch's early-stopping checkpoint (``train.recompute_early_stop``), else None.
+    ``host``: the (forward, backward) host work of the layer besides its kernels and
+    collectives (compute/host.py), timed on ``spec``'s hardware."""
     f, d, w, ff, bf = sum_ops(ops)
     if recompute is ALL:
         rec = list(ops) if early_stop_dropout is None else \
@@ -148,19 +153,63 @@ def _assemble(kind: str, ops: list[OpCost], comms: list[Tagged], recompute: set[
         if c.phase == "fwd" and again:
             out.append(replace(c, name=c.name + ".recompute", phase="bwd"))
     out += [c for c, _ in fsdp]
+    fh = bh = 0.0
+    fsyncs = bsyncs = 0
+    if host is not None and spec is not None:
+        fwd, bwd = host  # kernels and the layer's own collectives counted
+        # The recomputed forward is issued again (its share of the forward's kernels),
+        # with the collectives it re-issues; FSDP's gathers and reduce-scatters too.
+        k_f = sum(o.fwd_kernels for o in ops)
+        share = 1.0 if recompute is ALL and early_stop_dropout is None else (
+            sum(o.fwd_kernels for o in rec) / k_f if k_f else 0.0)
+        again = sum(c.calls for c in out if c.name.endswith(".recompute"))
+        bwd = bwd + HostWork(fwd.python_s, fwd.kernels, fwd.te_calls, 0.0,
+                             fwd.syncs).scaled(share) + HostWork(collectives=again)
+        fwd = fwd + HostWork(collectives=sum(c.calls for c, _ in fsdp if c.phase == "fwd"))
+        bwd = bwd + HostWork(collectives=sum(c.calls for c, _ in fsdp if c.phase == "bwd"))
+        te = uses_te(spec)
+        fh, bh = fwd.seconds(spec.cluster.hardware, te), bwd.seconds(spec.cluster.hardware, te)
+        fsyncs = int(fwd.syncs)
+        bsyncs = int(bwd.syncs)
     return LayerCost(kind=kind, fwd_s=f, bwd_input_s=d, bwd_weight_s=w, recompute_s=rec_s,
-                     comms=tuple(out), fwd_flops=ff, bwd_flops=bf + rec_flops)
+                     comms=tuple(out), fwd_flops=ff, bwd_flops=bf + rec_flops,
+                     fwd_host_s=fh, bwd_host_s=bh, fwd_syncs=fsyncs, bwd_syncs=bsyncs)
 
 
 def _decoder_parts(spec: RunSpec, sh: Shapes, moe: bool, window: int | None
-                   ) -> tuple[list[OpCost], list[Tagged]]:
+                   ) -> tuple[list[OpCost], list[Tagged], tuple[HostWork, HostWork]]:
+    """The layer's ops, collectives and (forward, backward) host work."""
     a_ops = attention_ops(sh, window)
     m_ops = mlp_block_ops(sh, moe)
     a_by = {o.name: o for o in a_ops}
     m_by = {o.name: o for o in m_ops}
     f, d, w, _, _ = sum_ops(a_ops + m_ops)
-    comms = attention_comms(spec, sh, a_by) + mlp_comms(spec, sh, m_by, moe, f + d + w)
-    return a_ops + m_ops, comms
+    a_comms = attention_comms(spec, sh, a_by)
+    m_comms = mlp_comms(spec, sh, m_by, moe, f + d + w)
+    graphed = graphed_parts(spec, moe)
+    works = layer_parts(spec, moe)
+    fwd, bwd = HostWork(), HostWork()
+    for part, ops, comms in (("attn", a_ops, a_comms), ("mlp", m_ops, m_comms)):
+        pf, pb = with_launches(spec, works[part], ops, comms)
+        if part in graphed:
+            pf, pb = replay(pf), replay(pb)
+        fwd, bwd = fwd + pf, bwd + pb
+    return a_ops + m_ops, a_comms + m_comms, (fwd, bwd)
+
+
+def with_launches(spec: RunSpec, work: tuple[HostWork, HostWork], ops: list[OpCost],
+                  comms: list[Tagged]) -> tuple[HostWork, HostWork]:
+    """(forward, backward) host work plus the ops' kernels and the collectives' calls.
+    Under ``train.deterministic_mode`` (Megatron-LM --deterministic-mode:
+    ``torch.use_deterministic_algorithms(True)``, whose
+    ``torch.utils.deterministic.fill_uninitialized_memory`` fills every new allocation)
+    each kernel's output comes with a fill kernel of its own."""
+    f, b = work
+    fill = 2 if spec.train.deterministic_mode else 1
+    return (f + HostWork(kernels=fill * sum(o.fwd_kernels for o in ops), collectives=sum(
+                c.calls for c, _ in comms if c.phase == "fwd")),
+            b + HostWork(kernels=fill * sum(o.bwd_kernels for o in ops), collectives=sum(
+                c.calls for c, _ in comms if c.phase == "bwd")))
 
 
 def _fsdp(spec: RunSpec, ops: list[OpCost], dense: float, expert: float, prefix: str,
@@ -195,25 +244,27 @@ def _simulate(spec: RunSpec) -> LayerCosts:
         if name in kinds:
             continue
         if (moe, window) not in parts:
-            ops, comms = _decoder_parts(spec, sh, moe, window)
+            ops, comms, host = _decoder_parts(spec, sh, moe, window)
             dense_p, expert_p = layer_params_on_rank(model, par, i)
-            parts[(moe, window)] = ops, comms, _fsdp(spec, ops, dense_p, expert_p, base,
-                                                    comms)
-        ops, comms, fs = parts[(moe, window)]
+            parts[(moe, window)] = ops, comms, host, _fsdp(spec, ops, dense_p, expert_p,
+                                                          base, comms)
+        ops, comms, host, fs = parts[(moe, window)]
         stop = model.hidden_dropout if spec.train.recompute_early_stop else None
         kinds[name] = _assemble(name, ops, comms, ALL if i in full else selective, fs,
-                                early_stop_dropout=stop)
+                                early_stop_dropout=stop, host=host, spec=spec)
 
     e_ops = embedding_ops(sh)
+    e_comms = embedding_comms(spec, sh)
     kinds["embedding"] = _assemble(
-        "embedding", e_ops, embedding_comms(spec, sh), set(),
-        _fsdp(spec, e_ops, embedding_params_on_rank(model, par), 0.0, "embedding",
-              embedding_comms(spec, sh)))
+        "embedding", e_ops, e_comms, set(),
+        _fsdp(spec, e_ops, embedding_params_on_rank(model, par), 0.0, "embedding", e_comms),
+        host=_outside_host(spec, embedding_work(), e_ops, e_comms), spec=spec)
     o_ops = output_ops(sh)
     o_comms = output_comms(spec, sh, {o.name: o for o in o_ops})
     kinds["output"] = _assemble(
         "output", o_ops, o_comms, set(),
-        _fsdp(spec, o_ops, output_params_on_rank(model, par), 0.0, "output", o_comms))
+        _fsdp(spec, o_ops, output_params_on_rank(model, par), 0.0, "output", o_comms),
+        host=_outside_host(spec, output_work(model), o_ops, o_comms), spec=spec)
     if model.mtp_num_layers:
         kinds["mtp"] = _mtp(spec, sh, o_ops, o_comms)
     notes = ("simulate: analytic kernels on " + spec.cluster.hardware.name,
@@ -232,7 +283,7 @@ def _mtp(spec: RunSpec, sh: Shapes, o_ops: list[OpCost], o_comms: list[Tagged]
     last = model.num_layers - 1
     moe = model.is_moe_layer(last)
     window = model.window_size if model.uses_window(last) else None
-    l_ops, l_comms = _decoder_parts(spec, sh, moe, window)
+    l_ops, l_comms, l_host = _decoder_parts(spec, sh, moe, window)
     g_ops = mtp_glue_ops(sh)
     block_ops = g_ops + l_ops + o_ops
     block_comms = mtp_glue_comms(spec, sh) + l_comms + o_comms
@@ -243,4 +294,15 @@ def _mtp(spec: RunSpec, sh: Shapes, o_ops: list[OpCost], o_comms: list[Tagged]
         comms += [(replace(c, name=f"mtp{k}.{c.name}"), mod) for c, mod in block_comms]
     dense_p, expert_p = mtp_params_on_rank(model, spec.parallel)
     fs = _fsdp(spec, ops, dense_p, expert_p, "mtp", comms)
-    return _assemble("mtp", ops, comms, set(), fs)
+    gf, gb = with_launches(spec, output_work(model), g_ops + o_ops,
+                           mtp_glue_comms(spec, sh) + o_comms)
+    host = ((l_host[0] + gf).scaled(n), (l_host[1] + gb).scaled(n))
+    return _assemble("mtp", ops, comms, set(), fs, host=host, spec=spec)
+
+
+def _outside_host(spec: RunSpec, work, ops, comms) -> tuple[HostWork, HostWork]:
+    """The embedding's or output layer's host work; none left under a full-iteration
+    CUDA graph."""
+    if "full_iteration" in spec.train.cuda_graph_scope:
+        return HostWork(), HostWork()
+    return with_launches(spec, work, ops, comms)

@@ -9,12 +9,21 @@ forward, and selective recompute is in every decoder kind's ``recompute_s``.
 
 Layers of one kind cost the same, so each virtual stage is summed per kind (count x the
 kind's figures), not layer by layer: a 126-layer model costs a handful of additions.
+
+Two clocks (ARCHITECTURE.md): a virtual stage's forward (and backward) of one
+microbatch is issued by the host while the device runs it. The host runs ahead through
+stretches the device is slow on and the device waits where the host is (a CUDA launch
+queue holds a thousand kernels, more than a layer issues), so the phase takes
+``max(device, host)``; each host-device synchronisation inside it drains the queue, after
+which the device also waits for the next kernel's launch. The host's share per stage is
+kept in ``host_s``: what the phase takes beyond its device time.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from primus_ext.compute.costs import LayerCost, LayerCosts
+from primus_ext.compute.host import schedule_python_per_microbatch
 from primus_ext.spec import RunSpec
 
 
@@ -29,14 +38,24 @@ class StageTimes:
     compute_s: tuple[float, ...]
     recompute_s: tuple[float, ...]
     comm_s: tuple[dict[str, float], ...]
+    # Per stage, summed over its chunks, per microbatch: seconds the host clock adds
+    # beyond the device's (host-bound phases, launches after synchronisations).
+    host_s: tuple[float, ...] = ()
 
 
 def _figures(lc: LayerCost) -> tuple:
-    """(fwd, bwd_input, bwd_weight, compute, recompute, exposed comm by axis) of a kind,
-    as one layer of it adds to its virtual stage."""
+    """(fwd, bwd_input, bwd_weight, compute, recompute, exposed comm by axis, host fwd,
+    host bwd, syncs fwd, syncs bwd) of a kind, as one layer of it adds to its virtual
+    stage."""
     r = lc.recompute_s
     return (lc.fwd_total_s, lc.bwd_input_s + r + lc.bwd_comm_s, lc.bwd_weight_s,
-            lc.fwd_s + lc.bwd_input_s + lc.bwd_weight_s, r, lc.exposed_comm_by_axis())
+            lc.fwd_s + lc.bwd_input_s + lc.bwd_weight_s, r, lc.exposed_comm_by_axis(),
+            lc.fwd_host_s, lc.bwd_host_s, lc.fwd_syncs, lc.bwd_syncs)
+
+
+def two_clocks(device_s: float, host_s: float, syncs: int, launch_s: float) -> float:
+    """A phase issued by the host while the device runs it (module docstring)."""
+    return max(device_s + syncs * launch_s, host_s)
 
 
 def _kind_counts(costs: LayerCosts, first: int, n: int) -> dict[str, int]:
@@ -58,14 +77,27 @@ def stage_times(spec: RunSpec, costs: LayerCosts) -> StageTimes:
     compute = [0.0] * pp
     recompute = [0.0] * pp
     comm: list[dict[str, float]] = [{} for _ in range(pp)]
+    hw = spec.cluster.hardware
+    # The schedule's own Python per microbatch and chunk (forward_step, the batch, the
+    # loss function), on every stage.
+    sched = schedule_python_per_microbatch(spec.model) / hw.host_speed \
+        if hw.host_clock and "full_iteration" not in spec.train.cuda_graph_scope else 0.0
+    host_f = [[sched] * vpp for _ in range(pp)]
+    host_b = [[0.0] * vpp for _ in range(pp)]
+    sync_f = [[0] * vpp for _ in range(pp)]
+    sync_b = [[0] * vpp for _ in range(pp)]
 
     def add(s: int, c: int, name: str, count: int = 1) -> None:
-        f, bi, bw, comp, rec, by_axis = figs[name]
+        f, bi, bw, comp, rec, by_axis, hf, hb, nf, nb = figs[name]
         fwd[s][c] += count * f
         bwd_in[s][c] += count * bi
         bwd_w[s][c] += count * bw
         compute[s] += count * comp
         recompute[s] += count * rec
+        host_f[s][c] += count * hf
+        host_b[s][c] += count * hb
+        sync_f[s][c] += count * nf
+        sync_b[s][c] += count * nb
         cs = comm[s]
         for axis, x in by_axis.items():
             cs[axis] = cs.get(axis, 0.0) + count * x
@@ -81,7 +113,22 @@ def stage_times(spec: RunSpec, costs: LayerCosts) -> StageTimes:
         add(pp - 1, vpp - 1, "output")
     if spec.model.mtp_num_layers and "mtp" in costs.kinds:
         add(pp - 1, vpp - 1, "mtp")  # the entry covers every MTP layer
+    host = [0.0] * pp
+    if hw.host_clock:
+        for s in range(pp):
+            for c in range(vpp):
+                f = two_clocks(fwd[s][c], host_f[s][c], sync_f[s][c], hw.launch_s)
+                dev_b = bwd_in[s][c] + bwd_w[s][c]
+                b = two_clocks(dev_b, host_b[s][c], sync_b[s][c], hw.launch_s)
+                host[s] += f - fwd[s][c] + b - dev_b
+                fwd[s][c] = f
+                if dev_b > 0:
+                    bwd_in[s][c] *= b / dev_b
+                    bwd_w[s][c] *= b / dev_b
+                else:
+                    bwd_in[s][c] = b
     freeze = lambda rows: tuple(tuple(r) for r in rows)  # noqa: E731
     return StageTimes(fwd_s=freeze(fwd), bwd_input_s=freeze(bwd_in),
                       bwd_weight_s=freeze(bwd_w), compute_s=tuple(compute),
-                      recompute_s=tuple(recompute), comm_s=tuple(comm))
+                      recompute_s=tuple(recompute), comm_s=tuple(comm),
+                      host_s=tuple(host))

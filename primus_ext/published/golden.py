@@ -94,3 +94,21 @@ def read_golden(path: str | Path | None = None, *, timed_only: bool = False
 def source(path: str | Path | None = None) -> dict:
     """Where the data set comes from (repository, commit, date, warmup dropped)."""
     return json.loads(Path(path or DEFAULT_PATH).read_text())["source"]
+
+
+def as_runs(cases: list[GoldenCase]) -> list:
+    """The timed cases as published-run records (what ``mode=calibrate`` and
+    ``mode=validate`` take): measured tokens/s/GPU from the iteration time, source
+    ``megatron-lm-golden/<family>`` (so that holding out a source holds out a family)."""
+    from primus_ext.published.reader import Measured, PublishedRun
+    out = []
+    for c in cases:
+        if c.spec is None or not c.iteration_time_s:
+            continue
+        tokens = c.spec.tokens_per_step / c.iteration_time_s / c.spec.world_size
+        out.append(PublishedRun(
+            run_id=c.case, row={"model": c.case}, spec=c.spec, error=None,
+            measured=Measured(tokens_per_s_per_gpu=tokens, step_time_s=c.iteration_time_s),
+            source=f"megatron-lm-golden/{c.family}", gpu="H100", is_moe=c.is_moe,
+            precision=c.spec.train.precision, hardware_preset=HARDWARE))
+    return out

@@ -93,6 +93,28 @@ class HardwareSpec:
     # Collectives issued with ``async_op=True`` (megatron-core's gradient buckets and TP
     # wgrad gathers, p2p) still run on the backend's own threads (gloo) and overlap.
     collective_streams: bool = True
+    # Host clock (compute/host.py; ARCHITECTURE.md "two clocks"): the host issues every
+    # kernel and collective in order and the device runs them in order, so a stretch of
+    # short kernels is as long as the host takes to issue it. ``host_speed``: this GPU
+    # node's CPU, single-thread, relative to the reference host on which the committed
+    # host profile (primus_ext/data/host/reference.json) was measured (its Python,
+    # dispatcher and autograd seconds divide by it). ``launch_s``: host time of one
+    # kernel launch on top of that (cudaLaunchKernel and the CUDA caching allocator: no
+    # CPU run has it). ``te_module_host_s``: the extra host time of one Transformer Engine
+    # module call over the megatron-core local module it replaces (per forward and per
+    # backward). ``collective_host_s``: host time of one collective call (c10d work
+    # object, stream events, NCCL enqueue). ``sync_s``: one host-device synchronisation
+    # (a scalar read back, cudaStreamSynchronize) on top of draining the device queue.
+    # ``step_host_s``: Megatron-LM's training loop per iteration outside the model and
+    # optimizer (scheduler, timers, logging, its own Python). ``host_clock`` False: the
+    # device is the host (the cpu preset), there is no second clock.
+    host_speed: float = 1.0
+    launch_s: float = 5e-6
+    te_module_host_s: float = 25e-6
+    collective_host_s: float = 20e-6
+    sync_s: float = 20e-6
+    step_host_s: float = 5e-3
+    host_clock: bool = True
     tdp_w: float | None = None
     # Presets of the same silicon at the same power (H100 / H200 / H800 SXM at 700 W) share
     # fitted efficiency constants: a preset without measured rows of its own takes those
@@ -127,6 +149,12 @@ class HardwareSpec:
         for f in ("scale_up_latency_s", "scale_out_latency_s", "kernel_overhead_s",
                   "gemm_fill_s", "scale_up_hop_latency_s", "scale_out_hop_latency_s",
                   "a2a_peer_latency_s"):
+            non_negative(_OWNER, f, getattr(self, f))
+        non_negative(_OWNER, "host_speed", self.host_speed)
+        if self.host_speed == 0:
+            raise ValueError(f"hardware.host_speed={self.host_speed} must be positive")
+        for f in ("launch_s", "te_module_host_s", "collective_host_s", "sync_s",
+                  "step_host_s"):
             non_negative(_OWNER, f, getattr(self, f))
         v = self.comm_overlap_penalty
         non_negative(_OWNER, "comm_overlap_penalty", v)

@@ -27,6 +27,8 @@ AXES = ("tp", "cp", "ep", "dp", "pp")
 # sets alltoall or flex, so alltoall is the default here.
 MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
 GRAD_BUFFERS = ("persistent", "on_backward")
+# megatron-core TransformerConfig.moe_router_load_balancing_type.
+MOE_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -78,6 +80,20 @@ class ParallelSpec:
     # --moe-shared-expert-overlap: the shared experts run while the routed tokens are
     # dispatched and combined (alltoall dispatcher).
     moe_shared_expert_overlap: bool = False
+    # How megatron-core runs the MoE block (kernel and module choices: host launches,
+    # host-device synchronisations, per-expert loops). Defaults: what the performance
+    # recipes set; a Megatron-LM launch line keeps its flag defaults (all off, router
+    # 'aux_loss'). --moe-grouped-gemm: TEGroupedMLP (one module for the local experts)
+    # instead of SequentialMLP's loop; --moe-permute-fusion / --moe-router-fusion: TE's
+    # fused permutation and router kernels; --moe-router-load-balancing-type: 'sinkhorn'
+    # balances by Sinkhorn iterations (megatron-core moe_utils.sinkhorn: a host-device
+    # synchronisation per iteration); --moe-flex-dispatcher-backend: DeepEP or HybridEP
+    # kernels behind the flex dispatcher.
+    moe_grouped_gemm: bool = True
+    moe_permute_fusion: bool = True
+    moe_router_fusion: bool = False
+    moe_router_load_balancing_type: str = "aux_loss"
+    moe_flex_dispatcher_backend: str = "deepep"
     schedule: str = "auto"  # auto: interleaved when vpp > 1, else 1f1b
     order: str = "tp-cp-ep-dp-pp"
     # --cp-comm-type: p2p (ring of K/V chunks), a2a (Ulysses-style all-to-all of heads) or
@@ -114,6 +130,10 @@ class ParallelSpec:
         one_of(_OWNER, "grad_buffer", self.grad_buffer, GRAD_BUFFERS)
         one_of(_OWNER, "moe_token_dispatcher_type", self.moe_token_dispatcher_type,
                MOE_DISPATCHERS)
+        one_of(_OWNER, "moe_router_load_balancing_type",
+               self.moe_router_load_balancing_type, MOE_BALANCING)
+        one_of(_OWNER, "moe_flex_dispatcher_backend", self.moe_flex_dispatcher_backend,
+               ("deepep", "hybridep"))
         if self.overlap_moe_expert_parallel_comm:
             # megatron/training/arguments.py (0.14): alltoall or flex dispatcher, VPP with
             # PP, and not together with the shared-expert overlap.

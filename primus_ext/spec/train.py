@@ -18,6 +18,8 @@ CROSS_ENTROPY_IMPLS = ("native", "te")
 OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm",
                    "expert_fc1", "moe_act", "fused_group_mlp")
 MAIN_GRADS_DTYPES = ("fp32", "bf16")
+CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba",
+                     "layer", "full_iteration")
 EXP_AVG_DTYPES = ("fp32", "fp16", "bf16", "fp8")
 
 
@@ -105,6 +107,19 @@ class TrainSpec:
     # --moe-router-force-load-balancing: tokens routed uniformly to the experts (benchmark
     # runs), so no expert-parallel rank waits on a busier one.
     moe_router_force_load_balancing: bool = False
+    # Megatron-LM's training loop (project/host_step.py): --log-params-norm (an L2 norm
+    # of every parameter, all-reduced and read back each iteration),
+    # --log-num-zeros-in-grad (zeros counted in every gradient and read back), and CUDA
+    # graphs: --cuda-graph-impl local|transformer_engine with --cuda-graph-scope /
+    # --cuda-graph-modules (what one graph launch replays: 'attn', 'mlp', 'moe',
+    # 'moe_router', 'moe_preprocess', 'layer' = whole layers, 'full_iteration' = the
+    # forward and backward of the step); () = no graphs.
+    # --deterministic-mode: torch.use_deterministic_algorithms(True) (every new
+    # allocation filled), deterministic NCCL and TE algorithms.
+    deterministic_mode: bool = False
+    log_params_norm: bool = False
+    log_num_zeros_in_grad: bool = False
+    cuda_graph_scope: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_types(self, _OWNER)
@@ -138,6 +153,9 @@ class TrainSpec:
                              f"(it is {self.precision!r})")
         object.__setattr__(self, "recompute_modules", tuple(self.recompute_modules))
         object.__setattr__(self, "offload_modules", tuple(self.offload_modules))
+        object.__setattr__(self, "cuda_graph_scope", tuple(self.cuda_graph_scope))
+        for m in self.cuda_graph_scope:
+            one_of(_OWNER, "cuda_graph_scope[i]", m, CUDA_GRAPH_SCOPES)
         for m in self.offload_modules:
             one_of(_OWNER, "offload_modules[i]", m, OFFLOAD_MODULES)
         if "attn_proj" in self.offload_modules and "core_attn" not in self.offload_modules:

@@ -126,10 +126,11 @@ def _uniform_costs(layers: int, f: float, b: float) -> LayerCosts:
 
 
 def _free_links(spec: RunSpec) -> RunSpec:
-    """Point-to-point effectively free: no latency, enormous bandwidth."""
+    """Point-to-point effectively free: no latency, enormous bandwidth; no host clock
+    (the closed forms are the device's pipeline alone)."""
     hw = dataclasses.replace(spec.cluster.hardware, scale_up_latency_s=0.0,
                              scale_out_latency_s=0.0, scale_up_gbps=1e15,
-                             scale_out_gbps=1e15)
+                             scale_out_gbps=1e15, host_clock=False)
     return dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, hardware=hw))
 
 

@@ -229,12 +229,57 @@ def _parallel(ns, n: Notes) -> ParallelSpec:
         overlap_moe_expert_parallel_comm=ns.overlap_moe_expert_parallel_comm,
         moe_shared_expert_overlap=ns.moe_shared_expert_overlap,
         cp_comm_type=_cp_comm_type(ns, n),
+        **_moe_impl(ns),
         decoder_first_pipeline_num_layers=ns.decoder_first_pipeline_num_layers,
         decoder_last_pipeline_num_layers=ns.decoder_last_pipeline_num_layers,
         account_for_embedding_in_pipeline_split=ns.account_for_embedding_in_pipeline_split,
         account_for_loss_in_pipeline_split=ns.account_for_loss_in_pipeline_split,
         pipeline_layout=layout)
     return par
+
+
+def _moe_impl(ns) -> dict:
+    """The MoE kernel and module choices of the launch line; a dense model keeps the
+    spec's defaults (the fields do not apply)."""
+    if not ns.num_experts:
+        return {}
+    return dict(moe_grouped_gemm=ns.moe_grouped_gemm or ns.moe_use_legacy_grouped_gemm,
+                moe_permute_fusion=ns.moe_permute_fusion,
+                moe_router_fusion=ns.moe_router_fusion,
+                moe_router_load_balancing_type=_balancing(ns),
+                moe_flex_dispatcher_backend=ns.moe_flex_dispatcher_backend)
+
+
+def _balancing(ns) -> str:
+    """--moe-router-load-balancing-type: one type, or one per layer group (Megatron-LM
+    main accepts a list); Sinkhorn's host synchronisations are what the host clock
+    models, so any list holding it reads as sinkhorn."""
+    types = ns.moe_router_load_balancing_type
+    types = [types] if isinstance(types, str) else list(types)
+    return "sinkhorn" if "sinkhorn" in types else types[0]
+
+
+def cuda_graph_scope(ns) -> tuple[str, ...]:
+    """train.cuda_graph_scope from Megatron-LM's CUDA-graph flags (arguments.py
+    validate_args and core/transformer/cuda_graph_config.py normalize_cuda_graph_modules):
+    --enable-cuda-graph is --cuda-graph-impl local, --external-cuda-graph is
+    transformer_engine; an implementation with no modules (or the deprecated 'full')
+    captures whole layers; 'full_iteration' (a module name or the implementation) the
+    step's forward and backward."""
+    impl = ns.cuda_graph_impl
+    if ns.enable_cuda_graph:
+        impl = "local"
+    if ns.external_cuda_graph:
+        impl = "transformer_engine"
+    mods = [m for v in (ns.cuda_graph_scope or ns.cuda_graph_modules or [])
+            for m in str(v).split(",") if m]
+    if impl == "full_iteration" or "full_iteration" in mods:
+        return ("full_iteration",)
+    if impl == "none":
+        return ()
+    if not mods or mods == ["full"]:
+        return ("layer",)
+    return tuple(mods)
 
 
 def _precision(ns) -> str:
@@ -289,7 +334,10 @@ def _train(ns, dp: int, n: Notes) -> TrainSpec:
         cpu_offloading_num_layers=ns.cpu_offloading_num_layers if ns.cpu_offloading
         else 0,
         moe_router_force_load_balancing=bool(ns.num_experts)
-        and ns.moe_router_force_load_balancing)
+        and ns.moe_router_force_load_balancing,
+        deterministic_mode=ns.deterministic_mode, log_params_norm=ns.log_params_norm,
+        log_num_zeros_in_grad=ns.log_num_zeros_in_grad,
+        cuda_graph_scope=cuda_graph_scope(ns))
 
 
 def _router_dtype(ns, n: Notes) -> str | None:

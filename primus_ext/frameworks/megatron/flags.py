@@ -68,7 +68,15 @@ def model_args(spec: RunSpec) -> list:
         if m.window_full_attention_every > 1:
             a += ["--window-attn-skip-freq", m.window_full_attention_every]
     if m.is_moe:
-        a += ["--num-experts", m.num_moe_experts, "--moe-grouped-gemm"]
+        p = spec.parallel
+        a += ["--num-experts", m.num_moe_experts]
+        a.switch("--moe-grouped-gemm", p.moe_grouped_gemm)
+        a.switch("--moe-permute-fusion", p.moe_permute_fusion)
+        a.switch("--moe-router-fusion", p.moe_router_fusion)
+        if p.moe_router_load_balancing_type != "aux_loss":
+            a += ["--moe-router-load-balancing-type", p.moe_router_load_balancing_type]
+        if p.moe_token_dispatcher_type == "flex":
+            a.value("--moe-flex-dispatcher-backend", p.moe_flex_dispatcher_backend)
         a.value("--moe-router-topk", m.moe_router_topk)
         a.value("--moe-token-dispatcher-type", spec.parallel.moe_token_dispatcher_type)
         a.value("--moe-ffn-hidden-size", m.moe_ffn_hidden_size)
@@ -181,6 +189,19 @@ def train_args(spec: RunSpec) -> list:
     if t.cpu_offloading_num_layers:
         a += ["--cpu-offloading", "--cpu-offloading-num-layers",
               t.cpu_offloading_num_layers]
+    a.switch("--deterministic-mode", t.deterministic_mode)
+    a.switch("--log-params-norm", t.log_params_norm)
+    a.switch("--log-num-zeros-in-grad", t.log_num_zeros_in_grad)
+    # Megatron-LM core_v0.16.1 (arguments.py --cuda-graph-scope): full_iteration only
+    # with the local implementation (and without the NaN check), the other scopes with
+    # transformer_engine; no scope captures whole layers.
+    if "full_iteration" in t.cuda_graph_scope:
+        a += ["--cuda-graph-impl", "local", "--cuda-graph-scope", "full_iteration",
+              "--no-check-for-nan-in-loss-and-grad"]
+    elif t.cuda_graph_scope:
+        a += ["--cuda-graph-impl", "transformer_engine"]
+        if t.cuda_graph_scope != ("layer",):
+            a += ["--cuda-graph-scope", *t.cuda_graph_scope]
     if t.use_precision_aware_optimizer:
         a.append("--use-precision-aware-optimizer")
         a.value("--main-grads-dtype", t.main_grads_dtype)

@@ -31,7 +31,7 @@ _REASONS = {
     "logging, evaluation and profiling (outside the step or per-iteration scalars)": (
         "--log-interval --eval-interval --eval-iters --tensorboard-dir --wandb-project "
         "--wandb-exp-name --wandb-save-dir --log-throughput --log-timers-to-tensorboard "
-        "--log-memory-to-tensorboard --log-num-zeros-in-grad --log-params-norm "
+        "--log-memory-to-tensorboard "
         "--log-validation-ppl-to-tensorboard --logging-level --timing-log-level "
         "--profile --profile-step-start --profile-step-end --profile-ranks "
         "--use-pytorch-profiler --record-memory-history --memory-snapshot-path "
@@ -53,21 +53,15 @@ _REASONS = {
         "--bf16-reduced-precision-matmul"),
     "MoE router numerics and load-balancing losses (a few element-wise ops on the "
     "tokens x experts scores)": (
-        "--moe-router-load-balancing-type --moe-aux-loss-coeff --moe-z-loss-coeff "
+        "--moe-aux-loss-coeff --moe-z-loss-coeff "
         "--moe-router-score-function --moe-router-pre-softmax --moe-router-topk-scaling-"
         "factor --moe-router-enable-expert-bias --moe-router-bias-update-rate "
         "--moe-router-padding-for-fp8 --moe-router-padding-for-quantization "
         "--moe-input-jitter-eps"),
-    "kernel choices the projection already assumes (grouped expert GEMMs, fused "
-    "permutation, router and elementwise kernels, the DeepEP/HybridEP backend of the "
-    "flex dispatcher, double-buffered FSDP all-gathers, CUDA graphs: the step is "
-    "modelled GPU-bound, host launch overhead hidden)": (
-        "--moe-grouped-gemm --moe-permute-fusion --moe-router-fusion "
-        "--moe-flex-dispatcher-backend --moe-hybridep-num-sms --no-masked-softmax-fusion "
-        "--no-bias-gelu-fusion --no-bias-dropout-fusion --no-rope-fusion "
-        "--fsdp-double-buffer --moe-use-legacy-grouped-gemm --cuda-graph-impl "
-        "--cuda-graph-scope --cuda-graph-modules --external-cuda-graph --te-rng-tracker "
-        "--enable-cuda-graph --cuda-graph-warmup-steps"),
+    "kernel fusions of elementwise ops the projection already counts as fused, and "
+    "FSDP's double-buffered all-gathers": (
+        "--no-masked-softmax-fusion --no-bias-gelu-fusion --no-bias-dropout-fusion "
+        "--no-rope-fusion --fsdp-double-buffer --te-rng-tracker"),
 }
 
 NO_EFFECT: dict[str, str] = {}

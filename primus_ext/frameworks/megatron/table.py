@@ -101,6 +101,15 @@ MOE = (
     # overlap window of comm/moe_comm.py already counts the weight gradients.
     _f("--delay-wgrad-compute", "parallel.overlap_moe_expert_parallel_comm", False),
     _f("--moe-shared-expert-overlap", "parallel.moe_shared_expert_overlap", False),
+    _f("--moe-grouped-gemm", "parallel.moe_grouped_gemm", False),
+    _f("--moe-use-legacy-grouped-gemm", "parallel.moe_grouped_gemm", False),
+    _f("--moe-permute-fusion", "parallel.moe_permute_fusion", False),
+    _f("--moe-router-fusion", "parallel.moe_router_fusion", False),
+    _f("--moe-router-load-balancing-type", "parallel.moe_router_load_balancing_type",
+       ["aux_loss"], str, nargs="+",
+       choices=("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")),
+    _f("--moe-flex-dispatcher-backend", "parallel.moe_flex_dispatcher_backend", "deepep",
+       str, choices=("deepep", "hybridep")),
 )
 MLA = (
     _f("--multi-latent-attention", "model.multi_latent_attention", False),
@@ -188,6 +197,20 @@ TRAIN = (
     _f("--cpu-offloading", "train.cpu_offloading_num_layers", False),
     _f("--cpu-offloading-num-layers", "train.cpu_offloading_num_layers", 0, int),
     _f("--train-iters", "", type=int),
+    _f("--deterministic-mode", "train.deterministic_mode", False),
+    _f("--log-params-norm", "train.log_params_norm", False),
+    _f("--log-num-zeros-in-grad", "train.log_num_zeros_in_grad", False),
+    # CUDA graphs (Megatron-LM main): --cuda-graph-impl none|local|transformer_engine
+    # with --cuda-graph-scope (or its older name --cuda-graph-modules), the legacy
+    # --enable-cuda-graph (local, whole layers) and --external-cuda-graph
+    # (transformer_engine); all read into train.cuda_graph_scope (cuda_graphs.py).
+    _f("--cuda-graph-impl", "train.cuda_graph_scope", "none", str,
+       choices=("none", "local", "transformer_engine", "full_iteration")),
+    _f("--cuda-graph-scope", "train.cuda_graph_scope", None, str, nargs="*"),
+    _f("--cuda-graph-modules", "train.cuda_graph_scope", None, str, nargs="*"),
+    _f("--enable-cuda-graph", "train.cuda_graph_scope", False),
+    _f("--external-cuda-graph", "train.cuda_graph_scope", False),
+    _f("--cuda-graph-warmup-steps", "", 3, int),
 )
 # primus-ext's own flags (the launcher and its outputs; not Megatron-LM flags).
 PRIMUS = (

@@ -1,0 +1,80 @@
+"""The host's share of a step outside the layers: the optimizer step, the iteration's
+synchronisations and Megatron-LM's training loop.
+
+Per pipeline stage (every rank runs its own optimizer):
+
+- **Optimizer**: megatron-core's step issues multi-tensor kernels (TE / Apex FusedAdam,
+  ``multi_tensor_l2norm``, ``multi_tensor_scale``) but loops over the parameter tensors in
+  Python (gradient lists for the norm and clipping, main-gradient copies): the reference
+  host's fixed and per-tensor seconds (``compute/host.py optimizer_python``) over the
+  target's ``host_speed``. The device's optimizer time (``dp_sync``) and this run side
+  by side: the longer one counts.
+- **Synchronisations** (Megatron-LM ``training.py`` train_step / train, megatron-core
+  ``optimizer.py``, ``clip_grads.py``): the gradient norm's ``total_norm.item()``
+  (``get_grad_norm_fp32``), the ``logical_and`` / ``reduce_max_stat`` across the
+  model-parallel group of ``update_successful`` and the grad norm (an all-reduce and a
+  read-back each), ``optimizer.get_loss_scale().item()`` before logging; fp16 adds the
+  found-inf all-reduce and read-back (``_unscale_main_grads_and_check_for_nan``).
+  ``--log-num-zeros-in-grad``: ``count_zeros_fp32`` counts each gradient
+  (``numel - count_nonzero``: two kernels per tensor), all-reduces and reads back;
+  ``--log-params-norm``: ``calc_params_l2_norm`` walks every parameter (the optimizer's
+  per-tensor Python once more), one multi-tensor norm, an all-reduce and a read-back.
+- **Training loop**: ``hardware.step_host_s`` per iteration (scheduler, timers, logging,
+  the loop's own Python): a property of the node's host, fitted with the other host
+  constants.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from primus_ext.compute.host import optimizer_python
+from primus_ext.memory.rank_params import chunk_param_tensors
+from primus_ext.spec import RunSpec
+
+# Read-backs of every iteration (module docstring): grad norm, update_successful and the
+# grad norm across the model-parallel group, the loss scale.
+BASE_SYNCS = 4
+BASE_COLLECTIVES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class StepHost:
+    optimizer_s: float  # host seconds of the optimizer step
+    other_s: float  # syncs, logging reductions and the training loop
+
+
+def num_param_tensors(spec: RunSpec, stage: int) -> int:
+    p = spec.parallel
+    return sum(len(chunk_param_tensors(spec.model, p, stage, c)) for c in range(p.vpp))
+
+
+def step_host(spec: RunSpec, stage: int) -> StepHost:
+    hw = spec.cluster.hardware
+    if not hw.host_clock:
+        return StepHost(0.0, 0.0)
+    tensors = num_param_tensors(spec, stage)
+    per_tensor = optimizer_python(tensors) - optimizer_python(0)
+    opt = optimizer_python(tensors) / hw.host_speed
+    t = spec.train
+    syncs, colls, kernels, python = BASE_SYNCS, BASE_COLLECTIVES, 0, 0.0
+    if t.precision == "fp16":
+        syncs, colls = syncs + 1, colls + 1
+    if t.log_num_zeros_in_grad:
+        syncs, colls, kernels = syncs + 1, colls + 1, kernels + 2 * tensors
+    if t.log_params_norm:
+        syncs, colls, kernels, python = syncs + 1, colls + 1, kernels + 2, python + per_tensor
+    other = (python / hw.host_speed + kernels * hw.launch_s + syncs * hw.sync_s
+             + colls * hw.collective_host_s + hw.step_host_s)
+    return StepHost(optimizer_s=opt, other_s=other)
+
+
+def p2p_host_s(spec: RunSpec) -> float:
+    """The host's part of one pipeline send/receive: the ``batch_isend_irecv`` call and,
+    without interleaving, the ``torch.cuda.synchronize()`` megatron-core issues after
+    every batched p2p (p2p_communication.py ``_communicate``, ``batch_p2p_sync``, on
+    unless ``--overlap-p2p-communication`` with the interleaved schedule turns batching
+    off: Megatron-LM sets ``batch_p2p_comm = not overlap_p2p_comm``)."""
+    p, hw = spec.parallel, spec.cluster.hardware
+    if p.pp == 1 or not hw.host_clock:
+        return 0.0
+    return hw.collective_host_s + (hw.sync_s if p.vpp == 1 else 0.0)
