@@ -27,11 +27,13 @@ from primus_ext.project.fit import FITTED, PRIOR_SIGMA, ROW_SIGMA  # noqa: E402
 from primus_ext.project.validate import percentile, summarize  # noqa: E402
 from primus_ext.presets import hardware_preset  # noqa: E402
 from primus_ext.published import DEFAULT_PATH, read_runs  # noqa: E402
+from primus_ext.published.golden import as_runs, read_golden  # noqa: E402
+from scripts.golden_report import golden_section  # noqa: E402
 
 OUT = ROOT / "docs" / "accuracy.md"
 SHORT = {"compute_s": "comp", "recompute_s": "rec", "tp_comm_s": "tp", "cp_comm_s": "cp",
          "ep_comm_s": "ep", "pp_bubble_s": "bubble", "dp_comm_s": "dp",
-         "optimizer_s": "opt"}
+         "optimizer_s": "opt", "host_s": "host"}
 
 HEADER = """# Projector accuracy on published runs (generated)
 
@@ -216,7 +218,7 @@ def rows_table(results, runs_by_id) -> list[str]:
     lines = ["## Every row", "",
              "Breakdown: share of the projected step on the critical stage (comp compute, "
              "rec recompute, tp/cp/ep/dp exposed communication, bubble pipeline idle and "
-             "p2p waits, opt optimizer).", "",
+             "p2p waits, opt optimizer, host the host clock's share).", "",
              "Memory: the projected peak per GPU and the verdict against the device "
              "(the memory model's; rows the reader gave recompute because they did not "
              "fit say so in their notes).", "",
@@ -256,7 +258,8 @@ def report(loso: bool = True) -> str:
     held, seconds = None, 0.0
     if loso:
         t = time.time()
-        held = held_out_results(runs, warm=calib)
+        held = held_out_results(runs, warm=calib, host_runs=as_runs(read_golden(
+            timed_only=True)))
         seconds = time.time() - t
         tables["held out"] = held
     summary = [f"**Summary**: {sum(1 for r in results if r.estimate is not None)} rows "
@@ -273,6 +276,7 @@ def report(loso: bool = True) -> str:
              ""]
     if held is not None:
         lines += [*loso_table(held, seconds), ""]
+    lines += [*golden_section(calib, lofo=loso), ""]
     lines += [LIMITS]
     lines += rows_table(results, {r.run_id: r for r in runs})
     lines += ["", "Calibration meta: `" + json.dumps(calib.meta, sort_keys=True) + "`", ""]

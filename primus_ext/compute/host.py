@@ -123,16 +123,20 @@ def dense_mlp_python(model: ModelSpec) -> tuple[float, float]:
     return tuple(b[f"mlp|{ph}"] + _layer_rest(v, ph) / 2 for ph in ("fwd", "bwd"))
 
 
-def moe_python(local_experts: int, grouped: bool) -> tuple[float, float]:
+def moe_python(local_experts: int, grouped: bool, router_fused: bool = False,
+               permute_fused: bool = False) -> tuple[float, float]:
     """(forward, backward) reference-host seconds of the MoE block: the base (router,
-    permutation, dispatcher) and, per local expert, megatron-core SequentialMLP's loop;
-    a grouped GEMM runs one expert module for all of them."""
+    permutation, dispatcher; the reference run's unfused path, split half router, half
+    permutation, a fused half replaced by the one TE call the caller counts) and, per
+    local expert, megatron-core SequentialMLP's loop; a grouped GEMM runs one expert
+    module for all of them."""
     (small, n_s), (large, n_l) = _MOE_SMALL, _MOE_LARGE
     out = []
     for ph in ("fwd", "bwd"):
         a, b = _blocks(small)[f"mlp|{ph}"], _blocks(large)[f"mlp|{ph}"]
         per = max((b - a) / (n_l - n_s), 0.0)
         base = max(a - n_s * per, 0.0)
+        base *= ((0.0 if router_fused else 0.5) + (0.0 if permute_fused else 0.5))
         rest = _layer_rest(small, ph) / 2
         out.append(base + rest + per * (1 if grouped else local_experts))
     return tuple(out)
@@ -201,15 +205,43 @@ def layer_parts(spec, moe: bool) -> dict[str, tuple[HostWork, HostWork]]:
         mf, mb = dense_mlp_python(m)
         return {"attn": attn, "mlp": (HostWork(mf, te_calls=2), HostWork(mb, te_calls=2))}
     local = max(m.num_moe_experts // p.ep, 1)
-    mf, mb = moe_python(local, p.moe_grouped_gemm)
-    te = 2 if p.moe_grouped_gemm else 2 * local
+    mf, mb = moe_python(local, p.moe_grouped_gemm, p.moe_router_fusion,
+                        p.moe_permute_fusion)
+    te = (2 if p.moe_grouped_gemm else 2 * local) + p.moe_router_fusion \
+        + p.moe_permute_fusion
     if m.moe_shared_expert_intermediate_size:
         sf, sb = dense_mlp_python(m)
         mf, mb, te = mf + sf, mb + sb, te + 2
-    kernels = SINKHORN_ITERATIONS * SINKHORN_KERNELS \
-        if p.moe_router_load_balancing_type == "sinkhorn" else 0
-    return {"attn": attn, "mlp": (HostWork(mf, kernels, te, 0, dispatch_syncs(spec)),
-                                  HostWork(mb, te_calls=te))}
+    kf, kb = moe_base_kernels(p.moe_router_fusion, p.moe_permute_fusion)
+    if p.moe_router_load_balancing_type == "sinkhorn":
+        kf += SINKHORN_ITERATIONS * SINKHORN_KERNELS
+    return {"attn": attn, "mlp": (HostWork(mf, kf, te, 0, dispatch_syncs(spec)),
+                                  HostWork(mb, kb, te_calls=te))}
+
+
+# Kernels a fused path launches in place of megatron-core's unfused router or
+# permutation (TE fused_topk_with_score_function and its aux-loss scores; TE
+# moe_permute / moe_unpermute), per phase.
+FUSED_KERNELS = 2
+
+
+def moe_base_kernels(router_fused: bool, permute_fused: bool) -> tuple[float, float]:
+    """(forward, backward) kernels of the MoE block's router, permutation and dispatcher
+    bookkeeping beyond what the op model counts: the reference run's unfused count (the
+    MoE block less its per-expert loop, dispatched aten ops that are not views), split
+    half router, half permutation; a fused path launches ``FUSED_KERNELS`` instead of
+    its half."""
+    (small, n_s), (large, n_l) = _MOE_SMALL, _MOE_LARGE
+    ops = reference_profile()["variants"]
+    out = []
+    for ph in ("fwd", "bwd"):
+        a = ops[small]["ops_per_microbatch"][f"mlp|{ph}"]["kernels"]
+        b = ops[large]["ops_per_microbatch"][f"mlp|{ph}"]["kernels"]
+        base = max(a - n_s * (b - a) / (n_l - n_s), 0.0)
+        half = base / 2
+        out.append((FUSED_KERNELS if router_fused else half)
+                   + (FUSED_KERNELS if permute_fused else half))
+    return tuple(out)
 
 
 # What replaying one captured CUDA graph asks of the host (TE make_graphed_callables /

@@ -22,25 +22,73 @@ def _uncalibrated(spec):
     return project(spec, calibration=None)
 
 
-def held_out_results(runs, warm=None) -> list:
+def held_out_results(runs, warm=None, host_runs=()) -> list:
     """Every row projected by constants fitted on all the other sources (RowResult per
     row, in the order of ``runs``). ``warm``: the all-source calibration to start each
-    refit from (same optimum, fewer steps)."""
+    refit from (same optimum, fewer steps). ``host_runs``: the host-time rows
+    (published/golden.py), fitted in every refit too."""
     by_id = {}
     for source in sorted({r.source for r in runs}):
         train = [r for r in runs if r.source != source]
         calib = fit(train, _uncalibrated, warm=warm).calibration
+        if host_runs and warm is not None:
+            # The host constants are fitted on the host rows alone, which holding out a
+            # published source does not touch: the all-source fit's, as fitted.
+            calib = with_host_constants(calib, warm)
+        elif host_runs:
+            calib = fit(train, _uncalibrated, host_runs=host_runs).calibration
         for r in runs:
             if r.source == source:
                 by_id[id(r)] = project_run(r, calib)
     return [by_id[id(r)] for r in runs]
 
 
-def leave_one_source_out(runs, warm=None, results=None
+def with_host_constants(calib, donor):
+    """``calib`` with the host constants (fit.HOST_FITTED fields) of ``donor``."""
+    from primus_ext.project.calibration import Calibration
+    from primus_ext.project.fit import HOST_FITTED
+    fields = {f for fs, _, _ in HOST_FITTED.values() for f in fs}
+    constants = {n: dict(v) for n, v in calib.constants.items()}
+    for name, values in donor.constants.items():
+        host = {k: v for k, v in values.items() if k in fields}
+        if host:
+            constants[name] = {**constants.get(name, {}), **host}
+    return Calibration(constants=constants, meta=calib.meta)
+
+
+def held_out_host_results(runs, host_runs, warm=None) -> list:
+    """Every host-time row (golden case) projected by host constants fitted on the other
+    sources (families) of host rows, the efficiencies fitted on ``runs`` as always."""
+    by_id = {}
+    for source in sorted({r.source for r in host_runs}):
+        train = [r for r in host_runs if r.source != source]
+        calib = fit(runs, _uncalibrated, warm=warm, host_runs=train).calibration
+        for r in host_runs:
+            if r.source == source:
+                by_id[id(r)] = project_run(r, calib)
+    return [by_id[id(r)] for r in host_runs]
+
+
+def golden_runs(cfg) -> list:
+    """The host-time rows ``mode=calibrate`` fits the host constants on: ``golden=``
+    (default: Megatron-LM's golden values of this checkout, tests/data/megatron_golden/
+    h100.json, where it exists; null: none)."""
+    from primus_ext.published.golden import DEFAULT_PATH, as_runs, read_golden
+    path = cfg.get("golden", "default")
+    if path is None:
+        return []
+    if path == "default":
+        if not DEFAULT_PATH.is_file():
+            return []
+        path = DEFAULT_PATH
+    return as_runs(read_golden(path, timed_only=True))
+
+
+def leave_one_source_out(runs, warm=None, results=None, host_runs=()
                          ) -> tuple[list[tuple[str, int, float]], list[float]]:
     """Per source (source, rows, median |error|) predicting it from a fit on the other
     sources, and every held-out row's |error| (``results``: held_out_results, if known)."""
-    results = held_out_results(runs, warm) if results is None else results
+    results = held_out_results(runs, warm, host_runs) if results is None else results
     per_source, every = [], []
     for source in sorted({r.source for r in results}):
         errs = [abs(r.rel_error) for r in results
@@ -51,19 +99,34 @@ def leave_one_source_out(runs, warm=None, results=None
     return per_source, every
 
 
+def _per_source(results) -> list[tuple[str, int, float]]:
+    out = []
+    for source in sorted({r.source for r in results}):
+        errs = [abs(r.rel_error) for r in results
+                if r.source == source and r.rel_error is not None]
+        if errs:
+            out.append((source, len(errs), percentile(errs, 50)))
+    return out
+
+
 def run(cfg) -> dict:
     path = output_path(cfg.get("out") or default_output_path(), "out")
     runs = read_runs(runs_path(cfg))
-    report = fit(runs, _uncalibrated)
-    if not report.per_hardware:
+    host_runs = golden_runs(cfg)
+    report = fit(runs, _uncalibrated, host_runs=host_runs)
+    if not any(not k.endswith("(host)") for k in report.per_hardware):
         errors = [r.error for r in runs if r.error][:3]
         raise ValueError(
             f"runs={str(runs_path(cfg))!r}: no usable row to fit ({len(runs)} row(s); a row "
             "needs a valid configuration and a measured tokens_per_s_per_gpu or "
             "tflops_per_gpu)" + (f"; first errors: {' | '.join(errors)}" if errors else ""))
     save_calibration(report.calibration, path)
-    loso, held_errs = (leave_one_source_out(runs, warm=report.calibration)
+    loso, held_errs = (leave_one_source_out(runs, warm=report.calibration,
+                                            host_runs=host_runs)
                        if cfg.get("loso", True) else ([], []))
+    if cfg.get("loso", True) and host_runs:
+        held = held_out_host_results(runs, host_runs, warm=report.calibration)
+        loso += [(s, n, m) for s, n, m in _per_source(held)]
     loso_median = percentile(held_errs, 50) if held_errs else None
     out = {"calibration": str(path), "hardware": report.per_hardware,
            "leave_one_source_out": [{"source": s, "rows": n, "median_abs_error": m}

@@ -22,12 +22,24 @@ COLUMNS = ("run_id", "tokens_per_s_per_gpu", "step_time_s", "tflops_per_gpu", "m
 
 def runs_path(cfg):
     runs = cfg.get("runs") or "default"
+    if runs == "golden":
+        from primus_ext.published.golden import DEFAULT_PATH as GOLDEN
+        return GOLDEN
     return DEFAULT_PATH if runs == "default" else runs
+
+
+def load_runs(path) -> list:
+    """Published-run records: a CSV in the published format, or Megatron-LM's golden
+    values (a ``.json`` written by scripts/golden_dataset.py; ``runs=golden``)."""
+    if str(path).endswith(".json"):
+        from primus_ext.published.golden import as_runs, read_golden
+        return as_runs(read_golden(path, timed_only=True))
+    return read_runs(path)
 
 
 def validate(path, calibration="default"):
     calib = load_calibration(calibration)
-    return [project_run(run, calib) for run in read_runs(path)]
+    return [project_run(run, calib) for run in load_runs(path)]
 
 
 def row_dict(r) -> dict:

@@ -46,13 +46,14 @@ FITTED = {
 }
 # The host clock's constants (spec/hardware.py, compute/host.py), fitted on runs whose
 # step the host sets: Megatron-LM's GPU-measured functional tests (published/golden.py).
-# Bounds: a node CPU from a tenth to ten times the reference host; launch 1-30 us (AP
-# 5.1: 2.4 us device-side, 4-6 us host submission); the others from nothing to
+# Bounds: a node CPU from a tenth to ten times the reference host; launch 2-8 us (AP
+# 5.1: 2.4 us device-side, 4-6 us host submission: the raw launch, Python apart); the
+# others from nothing to
 # several times the largest per-call figure published (TE issue 2053: a TE Linear
 # forward's host time 13.5 us torch vs about 36 us TE on a DGX H100).
 HOST_FITTED = {
     "host_speed": (("host_speed",), 0.1, 10.0),
-    "launch": (("launch_s",), 1e-6, 3e-5),
+    "launch": (("launch_s",), 2e-6, 8e-6),
     "te_host": (("te_module_host_s",), 1e-6, 5e-4),
     "collective_host": (("collective_host_s",), 1e-6, 5e-4),
     "sync": (("sync_s",), 1e-6, 2e-4),
@@ -92,6 +93,33 @@ def _inherit(constants: dict, rows_per_hw: dict) -> dict:
         constants[name] = dict(constants[donors[fam]])
         inherited[name] = donors[fam]
     return inherited
+
+
+def _inherit_host(constants: dict, rows_per_hw: dict) -> dict:
+    """Presets with a host clock but no host rows of their own (nor a family member's)
+    take the fitted host constants of the preset with most host rows, their node CPU's
+    cited speed ratio applied: ``host_speed`` scaled by the two presets' prior ratio
+    (spec/hardware.py; e.g. Grace against a DGX H100's Xeon). The other host constants
+    are per-call seconds of the same software stack, carried over as fitted.
+    Returns {preset: donor}."""
+    from primus_ext.presets import hardware_preset, list_presets
+    if not rows_per_hw:
+        return {}
+    donor = max(rows_per_hw, key=lambda n: rows_per_hw[n])
+    prior = hardware_preset(donor)
+    fitted = {k: v for k, v in constants[donor].items()
+              if k in {f for fs, _, _ in HOST_FITTED.values() for f in fs}}
+    out = {}
+    for name in list_presets("hardware"):
+        hw = hardware_preset(name)
+        have = constants.get(name, {})
+        if name in rows_per_hw or not hw.host_clock or "host_speed" in have:
+            continue
+        ratio = hw.host_speed / prior.host_speed
+        constants[name] = {**have, **fitted,
+                           "host_speed": _sig(fitted["host_speed"] * ratio)}
+        out[name] = f"{donor} (host, speed x {ratio:.3g})"
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +268,7 @@ def fit(runs, project_fn, base: Calibration | None = None,
                                     **{k: _sig(v) for k, v in values.items()}}
     inherited = _inherit(constants, {n: len(r) for n, r in
                                      {**by_hw, **host_by_hw}.items()})
+    inherited.update(_inherit_host(constants, {n: len(r) for n, r in host_by_hw.items()}))
     meta = {"fitted_knobs": {k: list(v[0]) for k, v in KNOBS.items()},
             "host_prior_sigma": HOST_PRIOR_SIGMA,
             "loss": "pseudo-Huber of the log error", "row_sigma": ROW_SIGMA,

@@ -29,6 +29,7 @@ from primus_ext.comm.layer_comm import Tagged, attention_comms, embedding_comms,
     fsdp_comms, mlp_comms, mtp_glue_comms, output_comms
 from primus_ext.comm.step_comm import dp_grad_sync_s, p2p_time_s, param_gather_s
 from primus_ext.compute.extra_ops import embedding_ops, mtp_glue_ops, output_ops
+from primus_ext.compute.offload_time import offload_op
 from primus_ext.compute.host import (HostWork, embedding_work, graphed_parts, layer_parts,
                                      output_work, replay)
 from primus_ext.compute.layer_ops import attention_ops, mlp_block_ops
@@ -186,6 +187,9 @@ def _decoder_parts(spec: RunSpec, sh: Shapes, moe: bool, window: int | None
     f, d, w, _, _ = sum_ops(a_ops + m_ops)
     a_comms = attention_comms(spec, sh, a_by)
     m_comms = mlp_comms(spec, sh, m_by, moe, f + d + w)
+    copy = offload_op(spec, moe, f, d + w)
+    if copy is not None:
+        m_ops = m_ops + [copy]
     graphed = graphed_parts(spec, moe)
     works = layer_parts(spec, moe)
     fwd, bwd = HostWork(), HostWork()

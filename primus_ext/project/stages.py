@@ -15,8 +15,10 @@ microbatch is issued by the host while the device runs it. The host runs ahead t
 stretches the device is slow on and the device waits where the host is (a CUDA launch
 queue holds a thousand kernels, more than a layer issues), so the phase takes
 ``max(device, host)``; each host-device synchronisation inside it drains the queue, after
-which the device also waits for the next kernel's launch. The host's share per stage is
-kept in ``host_s``: what the phase takes beyond its device time.
+which the device also waits for the next kernel's launch. Where no synchronisation
+separates a stage's phases the host's lead carries over from one to the next and they
+stretch together (below). The host's share per stage is kept in ``host_s``: what the
+phases take beyond their device time.
 """
 from __future__ import annotations
 
@@ -115,18 +117,42 @@ def stage_times(spec: RunSpec, costs: LayerCosts) -> StageTimes:
         add(pp - 1, vpp - 1, "mtp")  # the entry covers every MTP layer
     host = [0.0] * pp
     if hw.host_clock:
+        # Without a synchronisation between its phases the host carries its lead from
+        # one phase to the next: one stage's phases stretch together by its total host
+        # over device time; the interleaved schedule's forward and backward of a chunk
+        # (no p2p sync) take each other's lead. Non-interleaved PP synchronises after
+        # every p2p (host_step.py p2p_host_s) and a sync inside the layers drains the
+        # queue: each phase is bounded on its own.
+        synced = any(sync_f[s][c] or sync_b[s][c] for s in range(pp) for c in range(vpp))
         for s in range(pp):
+            dev_b = [bwd_in[s][c] + bwd_w[s][c] for c in range(vpp)]
+            if pp == 1 and not synced:
+                dev = sum(fwd[s]) + sum(dev_b)
+                k = max(sum(host_f[s]) + sum(host_b[s]), dev) / dev if dev > 0 else 1.0
+                new_f = [x * k for x in fwd[s]]
+                new_b = [x * k for x in dev_b]
+            elif vpp > 1 and not synced:
+                # Interleaved: a chunk's forward and backward alternate with no sync
+                # between them; the lead the host builds in one carries into the next.
+                new_f, new_b = [], []
+                for c in range(vpp):
+                    lead_b = max(dev_b[c] - host_b[s][c], 0.0)
+                    lead_f = max(fwd[s][c] - host_f[s][c], 0.0)
+                    new_f.append(max(fwd[s][c], host_f[s][c] - lead_b))
+                    new_b.append(max(dev_b[c], host_b[s][c] - lead_f))
+            else:
+                new_f = [two_clocks(fwd[s][c], host_f[s][c], sync_f[s][c], hw.launch_s)
+                         for c in range(vpp)]
+                new_b = [two_clocks(dev_b[c], host_b[s][c], sync_b[s][c], hw.launch_s)
+                         for c in range(vpp)]
             for c in range(vpp):
-                f = two_clocks(fwd[s][c], host_f[s][c], sync_f[s][c], hw.launch_s)
-                dev_b = bwd_in[s][c] + bwd_w[s][c]
-                b = two_clocks(dev_b, host_b[s][c], sync_b[s][c], hw.launch_s)
-                host[s] += f - fwd[s][c] + b - dev_b
-                fwd[s][c] = f
-                if dev_b > 0:
-                    bwd_in[s][c] *= b / dev_b
-                    bwd_w[s][c] *= b / dev_b
+                host[s] += new_f[c] - fwd[s][c] + new_b[c] - dev_b[c]
+                fwd[s][c] = new_f[c]
+                if dev_b[c] > 0:
+                    bwd_in[s][c] *= new_b[c] / dev_b[c]
+                    bwd_w[s][c] *= new_b[c] / dev_b[c]
                 else:
-                    bwd_in[s][c] = b
+                    bwd_in[s][c] = new_b[c]
     freeze = lambda rows: tuple(tuple(r) for r in rows)  # noqa: E731
     return StageTimes(fwd_s=freeze(fwd), bwd_input_s=freeze(bwd_in),
                       bwd_weight_s=freeze(bwd_w), compute_s=tuple(compute),

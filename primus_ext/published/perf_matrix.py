@@ -1,4 +1,5 @@
-"""The memory settings of Megatron-Bridge's 25.09 performance matrix (pure data + one rule).
+"""The memory and CUDA-graph settings of Megatron-Bridge's 25.09 performance matrix (pure
+data + two rules).
 
 The MegatronBridge-perf-25.09 rows are the tables of the 25.09 NeMo container, produced
 by Megatron-Bridge's ``scripts/performance`` at the 0.1.0 release
@@ -14,6 +15,11 @@ by Megatron-Bridge's ``scripts/performance`` at the 0.1.0 release
   activations of the first N layers on the host; ``memory/offload.py``);
 - ``recompute_num_layers: N`` -> ``set_recompute_overrides``: full recompute,
   ``recompute_method = "block"``, ``recompute_num_layers = N``.
+
+- ``cuda_graphs: true`` -> ``set_cuda_graph_overrides``: ``model.enable_cuda_graph``
+  (megatron-core's local CUDA graphs of whole transformer layers, ``train.cuda_graph_scope
+  = ('layer',)``; a dropless MoE layer's routed part, whose splits the host reads, stays
+  outside the graph: ``compute/host.py graphed_parts``).
 
 Every one of those yaml files also sets ``cross_entropy_fusion_impl: "te"`` (TE's fused
 cross entropy; the NVIDIA rule turns ``cross_entropy_loss_fusion`` on).
@@ -77,3 +83,39 @@ def perf_matrix_memory(f, rec) -> None:
         rec.set("train", "recompute_granularity", "full", src)
         rec.set("train", "recompute_method", "block", src)
         rec.set("train", "recompute_num_layers", entry.recompute_num_layers, src)
+
+
+# (gpu, model preset, precision, GPUs) -> cuda_graphs of the perf_matrix entry, where true
+# (every other entry of the 25.09 yaml files states false). The FP8 tables are fp8_cs.
+CUDA_GRAPHS_2509 = {
+    ("B200", "llama3_70b", "bf16", 64): "configs/llama3/llama3_70b_llm_pretrain.yaml "
+    "perf_matrix.b200.num_gpus_64.bf16",
+    ("B200", "llama3_8b", "bf16", 8): "configs/llama3/llama3_8b_llm_pretrain.yaml "
+    "perf_matrix.b200.num_gpus_8.common",
+    ("B200", "llama3_8b", "fp8", 8): "configs/llama3/llama3_8b_llm_pretrain.yaml "
+    "perf_matrix.b200.num_gpus_8.common",
+    ("GB200", "llama3_8b", "bf16", 8): "configs/llama3/llama3_8b_llm_pretrain.yaml "
+    "perf_matrix.gb200.num_gpus_8.bf16",
+    ("GB200", "qwen3_235b_a22b", "bf16", 64): "configs/qwen3/qwen3_235b_a22b_llm_pretrain."
+    "yaml perf_matrix.gb200.num_gpus_64.common",
+    ("GB200", "qwen3_235b_a22b", "fp8", 64): "configs/qwen3/qwen3_235b_a22b_llm_pretrain."
+    "yaml perf_matrix.gb200.num_gpus_64.common",
+    ("GB200", "qwen3_30b_a3b", "bf16", 8): "configs/qwen3/qwen3_30b_a3b_llm_pretrain.yaml "
+    "perf_matrix.gb200.num_gpus_8.common",
+    ("GB200", "qwen3_30b_a3b", "fp8", 8): "configs/qwen3/qwen3_30b_a3b_llm_pretrain.yaml "
+    "perf_matrix.gb200.num_gpus_8.common",
+    ("B200", "qwen3_30b_a3b", "bf16", 8): "configs/qwen3/qwen3_30b_a3b_llm_pretrain.yaml "
+    "perf_matrix.b200.num_gpus_8.common",
+    ("B200", "qwen3_30b_a3b", "fp8", 8): "configs/qwen3/qwen3_30b_a3b_llm_pretrain.yaml "
+    "perf_matrix.b200.num_gpus_8.common",
+}
+
+
+def perf_matrix_cuda_graphs(f, rec) -> None:
+    """The 25.09 perf matrix's CUDA graphs, for a row of that recipe."""
+    gpus = f.tp * f.pp * f.cp * f.dp
+    entry = CUDA_GRAPHS_2509.get((f.gpu.upper(), f.model_preset or "", f.precision, gpus))
+    if entry is not None:
+        rec.set("train", "cuda_graph_scope", ("layer",),
+                f"{BRIDGE_0_1}/{entry}: cuda_graphs true (utils/helpers.py "
+                "set_cuda_graph_overrides: model.enable_cuda_graph)")

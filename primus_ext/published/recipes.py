@@ -116,7 +116,8 @@ from dataclasses import dataclass, field
 
 from primus_ext.presets import recipe_defaults
 from primus_ext.published import own_stack
-from primus_ext.published.perf_matrix import BRIDGE_0_1, perf_matrix_memory
+from primus_ext.published.perf_matrix import (BRIDGE_0_1, perf_matrix_cuda_graphs,
+                                              perf_matrix_memory)
 
 NVIDIA_PERF_SOURCES = ("NeMo-perf-summary", "NeMo-FW-perf-summary", "MegatronBridge-perf")
 
@@ -243,6 +244,7 @@ def _nvidia_perf(f: RowFacts, rec: Recipe) -> None:
                 "perf_recipes/_common.py _benchmark_common(cross_entropy_impl='te')")
         if f.source.startswith("MegatronBridge-perf-25.09"):
             perf_matrix_memory(f, rec)  # the recipe's own memory saving, when listed
+            perf_matrix_cuda_graphs(f, rec)
     dsv3 = f.model_preset == "deepseek_v3"
     if not f.recompute_stated and not rec.recompute_from_source:
         rec.sets_recompute = True

@@ -108,6 +108,9 @@ class HardwareSpec:
     # ``step_host_s``: Megatron-LM's training loop per iteration outside the model and
     # optimizer (scheduler, timers, logging, its own Python). ``host_clock`` False: the
     # device is the host (the cpu preset), there is no second clock.
+    # Host link per GPU, GB/s each way (PCIe; NVLink-C2C on Grace): activation
+    # offloading's device-to-host copies and their reloads.
+    host_link_gbps: float = 55.0
     host_speed: float = 1.0
     launch_s: float = 5e-6
     te_module_host_s: float = 25e-6
@@ -154,7 +157,7 @@ class HardwareSpec:
         if self.host_speed == 0:
             raise ValueError(f"hardware.host_speed={self.host_speed} must be positive")
         for f in ("launch_s", "te_module_host_s", "collective_host_s", "sync_s",
-                  "step_host_s"):
+                  "step_host_s", "host_link_gbps"):
             non_negative(_OWNER, f, getattr(self, f))
         v = self.comm_overlap_penalty
         non_negative(_OWNER, "comm_overlap_penalty", v)

@@ -1,5 +1,10 @@
 """Megatron-LM flags accepted with no effect on projected step time or memory.
 
+No MoE, dispatcher, MTP or CUDA-graph flag is here: each is modelled (``table.py``) or
+reported as "not modelled, may change step time" (router numerics and auxiliary losses
+add kernels to every MoE layer; tests/frameworks/test_no_effect_flags.py checks the
+lists Megatron-LM core_v0.16.1 and main define).
+
 Grouped by reason; the launcher prints them on one "no effect" line. A flag that is in
 neither this list nor the flag table (``table.py``) is reported as "not modelled, may
 change step time", and so is a modelled flag given a value the model does not cover.
@@ -22,7 +27,7 @@ _REASONS = {
         "--min-loss-scale --loss-scale-window --hysteresis --train-samples "
         "--exit-duration-in-mins --exit-interval --finetune --override-opt_param-scheduler "
         "--use-checkpoint-opt_param-scheduler --calculate-per-token-loss "
-        "--rampup-batch-size --step-batch-size-schedule --mtp-loss-scaling-factor"),
+        "--rampup-batch-size --step-batch-size-schedule"),
     "checkpointing (outside the training step)": (
         "--save --load --save-interval --ckpt-format --no-save-optim --no-save-rng "
         "--no-load-optim --no-load-rng --auto-detect-ckpt-format --dist-ckpt-strictness "
@@ -35,7 +40,7 @@ _REASONS = {
         "--log-validation-ppl-to-tensorboard --logging-level --timing-log-level "
         "--profile --profile-step-start --profile-step-end --profile-ranks "
         "--use-pytorch-profiler --record-memory-history --memory-snapshot-path "
-        "--moe-per-layer-logging --log-progress --tensorboard-log-interval"),
+        "--log-progress --tensorboard-log-interval"),
     "process setup and host-side housekeeping": (
         "--distributed-backend --distributed-timeout-minutes --use-mcore-models "
         "--enable-experimental --manual-gc --manual-gc-interval --no-check-for-nan-in-loss-"
@@ -51,13 +56,6 @@ _REASONS = {
         "--softmax-type --apply-query-key-layer-scaling --fp8-amax-history-len "
         "--fp8-amax-compute-algo --fp8-margin --fp8-interval "
         "--bf16-reduced-precision-matmul"),
-    "MoE router numerics and load-balancing losses (a few element-wise ops on the "
-    "tokens x experts scores)": (
-        "--moe-aux-loss-coeff --moe-z-loss-coeff "
-        "--moe-router-score-function --moe-router-pre-softmax --moe-router-topk-scaling-"
-        "factor --moe-router-enable-expert-bias --moe-router-bias-update-rate "
-        "--moe-router-padding-for-fp8 --moe-router-padding-for-quantization "
-        "--moe-input-jitter-eps"),
     "kernel fusions of elementwise ops the projection already counts as fused, and "
     "FSDP's double-buffered all-gathers": (
         "--no-masked-softmax-fusion --no-bias-gelu-fusion --no-bias-dropout-fusion "

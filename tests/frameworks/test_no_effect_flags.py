@@ -1,0 +1,38 @@
+"""No MoE, dispatcher, MTP or CUDA-graph flag of Megatron-LM is called "no effect".
+
+The flag lists are Megatron-LM's own (tests/data/megatron_flags/: every option string of
+core_v0.16.1's ``add_megatron_arguments`` and main's TransformerConfig-derived flags with
+those names): each is either read by the flag table or reported as not modelled."""
+from pathlib import Path
+
+import pytest
+
+from primus_ext.frameworks.megatron.args import parse_launch_args, warning_lines
+from primus_ext.frameworks.megatron.no_effect import NO_EFFECT
+from primus_ext.frameworks.megatron.table import BY_NAME
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "megatron_flags"
+
+
+def _flags(name: str) -> list[str]:
+    return [ln.strip() for ln in (DATA / name).read_text().splitlines()
+            if ln.strip() and not ln.startswith("#")]
+
+
+@pytest.mark.parametrize("name", ["moe_cuda_graph_core_v0.16.1.txt",
+                                  "moe_cuda_graph_main_d98e8a64.txt"])
+def test_no_moe_or_cuda_graph_flag_is_no_effect(name):
+    flags = _flags(name)
+    assert len(flags) > 50
+    assert [f for f in flags if f in NO_EFFECT] == []
+
+
+def test_an_unread_moe_flag_is_reported_not_modelled():
+    argv = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+            "--seq-length", "128", "--num-experts", "4", "--moe-aux-loss-coeff", "1e-2",
+            "--moe-grouped-gemm", "--target-hardware", "h100", "--target-nodes", "1",
+            "--target-gpus-per-node", "8"]
+    la = parse_launch_args(argv)
+    assert "--moe-aux-loss-coeff" in la.not_modelled
+    assert "--moe-grouped-gemm" in BY_NAME and la.spec.parallel.moe_grouped_gemm
+    assert any("not modelled" in ln for ln in warning_lines(la))
