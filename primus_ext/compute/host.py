@@ -215,10 +215,35 @@ def layer_parts(spec, moe: bool) -> dict[str, tuple[HostWork, HostWork]]:
     kf, kb = moe_base_kernels(p.moe_router_fusion, p.moe_permute_fusion)
     if p.moe_router_load_balancing_type == "sinkhorn":
         kf += SINKHORN_ITERATIONS * SINKHORN_KERNELS
+    for term in p.moe_router_terms:
+        f, b = ROUTER_TERM_KERNELS[term][1 if p.moe_router_fusion else 0]
+        kf, kb = kf + f, kb + b
     return {"attn": attn, "mlp": (HostWork(mf, kf, te, 0, dispatch_syncs(spec)),
                                   HostWork(mb, kb, te_calls=te))}
 
 
+# Kernels each optional router term adds to one MoE layer, (forward, backward), unfused
+# and with --moe-router-fusion (megatron-core 0.16 moe/router.py TopKRouter and
+# moe_utils.py): the balancing loss recomputes the routing scores
+# (compute_routing_scores_for_aux_loss: score function, top-k, scatter) and reduces them
+# with the tokens per expert (switch_load_balancing_loss_func: sums, product, mean;
+# MoEAuxLossAutoScaler), fused as TE's fused_compute_score_for_moe_aux_loss and
+# fused_moe_aux_loss; z-loss is logsumexp, square, mean and the scaler; the jitter a
+# uniform sample and a product; the expert bias an add and a gather of the unbiased
+# scores; sigmoid scores a sigmoid and their normalisation; the top-k scaling one
+# product; quantization padding pads the routing map; per-layer logging keeps each
+# layer's losses (their read-backs are per step: project/host_step.py). The fused
+# router takes score function, scaling and bias inside its kernels.
+ROUTER_TERM_KERNELS = {
+    "aux_loss": ((8, 5), (2, 2)),
+    "z_loss": ((4, 3), (4, 3)),
+    "input_jitter": ((2, 1), (2, 1)),
+    "expert_bias": ((2, 0), (0, 0)),
+    "sigmoid": ((3, 2), (0, 0)),
+    "topk_scaling": ((1, 1), (0, 0)),
+    "padding": ((3, 0), (3, 0)),
+    "per_layer_logging": ((1, 0), (1, 0)),
+}
 # Kernels a fused path launches in place of megatron-core's unfused router or
 # permutation (TE fused_topk_with_score_function and its aux-loss scores; TE
 # moe_permute / moe_unpermute), per phase.

@@ -19,6 +19,7 @@ Per pipeline stage (every rank runs its own optimizer):
   (``numel - count_nonzero``: two kernels per tensor), all-reduces and reads back;
   ``--log-params-norm``: ``calc_params_l2_norm`` walks every parameter (the optimizer's
   per-tensor Python once more), one multi-tensor norm, an all-reduce and a read-back.
+  The MoE router's terms add their per-step reductions (``router_step_work``).
 - **Training loop**: ``hardware.step_host_s`` per iteration (scheduler, timers, logging,
   the loop's own Python): a property of the node's host, fitted with the other host
   constants.
@@ -63,9 +64,39 @@ def step_host(spec: RunSpec, stage: int) -> StepHost:
         syncs, colls, kernels = syncs + 1, colls + 1, kernels + 2 * tensors
     if t.log_params_norm:
         syncs, colls, kernels, python = syncs + 1, colls + 1, kernels + 2, python + per_tensor
+    s_, c_, k_ = router_step_work(spec, stage)
+    syncs, colls, kernels = syncs + s_, colls + c_, kernels + k_
     other = (python / hw.host_speed + kernels * hw.launch_s + syncs * hw.sync_s
              + colls * hw.collective_host_s + hw.step_host_s)
     return StepHost(optimizer_s=opt, other_s=other)
+
+
+def moe_layers_on_stage(spec: RunSpec, stage: int) -> int:
+    lay, m = spec.layout, spec.model
+    return sum(1 for c in range(lay.vpp)
+               for i in range(lay.first_layer(stage, c),
+                              lay.first_layer(stage, c) + lay.num_layers(stage, c))
+               if m.is_moe_layer(i))
+
+
+def router_step_work(spec: RunSpec, stage: int) -> tuple[int, int, int]:
+    """(read-backs, collectives, kernels) the router's terms add per iteration:
+    Megatron-LM's ``track_moe_metrics`` reduces each tracked loss (aux, z) over the
+    ranks and reads it back; ``--moe-per-layer-logging`` reads every layer's value;
+    the expert bias is updated once per step from the tokens per expert all-reduced
+    over data parallelism (``finalize_model_grads`` ``_update_router_expert_bias``) and
+    one update per layer."""
+    terms = spec.parallel.moe_router_terms
+    layers = moe_layers_on_stage(spec, stage)
+    if not terms or not layers:
+        return 0, 0, 0
+    tracked = sum(1 for t in ("aux_loss", "z_loss") if t in terms)
+    syncs, colls, kernels = tracked, tracked, 0
+    if "per_layer_logging" in terms:
+        syncs += layers * max(tracked, 1)
+    if "expert_bias" in terms:
+        colls, kernels = colls + 1, kernels + 2 * layers
+    return syncs, colls, kernels
 
 
 def p2p_host_s(spec: RunSpec) -> float:

@@ -27,6 +27,12 @@ AXES = ("tp", "cp", "ep", "dp", "pp")
 # sets alltoall or flex, so alltoall is the default here.
 MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
 GRAD_BUFFERS = ("persistent", "on_backward")
+# --moe-aux-loss-coeff > 0 (aux / seq / global balancing losses), --moe-z-loss-coeff,
+# --moe-input-jitter-eps, --moe-router-enable-expert-bias, --moe-router-score-function
+# sigmoid, --moe-router-topk-scaling-factor, --moe-router-padding-for-fp8 /
+# -quantization, --moe-per-layer-logging.
+ROUTER_TERMS = ("aux_loss", "z_loss", "input_jitter", "expert_bias", "sigmoid",
+                "topk_scaling", "padding", "per_layer_logging")
 # megatron-core TransformerConfig.moe_router_load_balancing_type.
 MOE_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
 
@@ -94,6 +100,10 @@ class ParallelSpec:
     moe_router_fusion: bool = False
     moe_router_load_balancing_type: str = "aux_loss"
     moe_flex_dispatcher_backend: str = "deepep"
+    # The router's optional terms (megatron-core moe/router.py TopKRouter.routing and
+    # moe_utils.py; ROUTER_TERMS): each adds kernels to every MoE layer, some a
+    # reduction and a read-back per step (compute/host.py ROUTER_TERM_WORK).
+    moe_router_terms: tuple[str, ...] = ()
     schedule: str = "auto"  # auto: interleaved when vpp > 1, else 1f1b
     order: str = "tp-cp-ep-dp-pp"
     # --cp-comm-type: p2p (ring of K/V chunks), a2a (Ulysses-style all-to-all of heads) or
@@ -134,6 +144,23 @@ class ParallelSpec:
                self.moe_router_load_balancing_type, MOE_BALANCING)
         one_of(_OWNER, "moe_flex_dispatcher_backend", self.moe_flex_dispatcher_backend,
                ("deepep", "hybridep"))
+        for t in self.moe_router_terms:
+            one_of(_OWNER, "moe_router_terms[i]", t, ROUTER_TERMS)
+        object.__setattr__(self, "moe_router_terms", tuple(
+            t for t in ROUTER_TERMS if t in self.moe_router_terms))
+        if "expert_bias" in self.moe_router_terms and \
+                "sigmoid" not in self.moe_router_terms:
+            # transformer_config.py: "Expert bias for aux-loss-free routing only
+            # supports sigmoid score function."
+            raise ValueError("parallel.moe_router_terms has expert_bias without sigmoid "
+                             "(megatron-core: expert bias needs the sigmoid score "
+                             "function)")
+        if "aux_loss" in self.moe_router_terms and \
+                self.moe_router_load_balancing_type in ("sinkhorn", "none"):
+            raise ValueError(f"parallel.moe_router_terms has aux_loss with "
+                             f"moe_router_load_balancing_type="
+                             f"{self.moe_router_load_balancing_type!r} (megatron-core: "
+                             "Sinkhorn routing does not support aux loss)")
         if self.overlap_moe_expert_parallel_comm:
             # megatron/training/arguments.py (0.14): alltoall or flex dispatcher, VPP with
             # PP, and not together with the shared-expert overlap.

@@ -29,10 +29,25 @@ def test_no_moe_or_cuda_graph_flag_is_no_effect(name):
 
 def test_an_unread_moe_flag_is_reported_not_modelled():
     argv = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
-            "--seq-length", "128", "--num-experts", "4", "--moe-aux-loss-coeff", "1e-2",
+            "--seq-length", "128", "--num-experts", "4", "--moe-token-drop-policy", "position",
             "--moe-grouped-gemm", "--target-hardware", "h100", "--target-nodes", "1",
             "--target-gpus-per-node", "8"]
     la = parse_launch_args(argv)
-    assert "--moe-aux-loss-coeff" in la.not_modelled
+    assert "--moe-token-drop-policy" in la.not_modelled
     assert "--moe-grouped-gemm" in BY_NAME and la.spec.parallel.moe_grouped_gemm
     assert any("not modelled" in ln for ln in warning_lines(la))
+
+
+def test_router_terms_are_read_from_their_flags():
+    """megatron-core moe/router.py: each optional term of the router, as its flag
+    turns it on (the aux loss only with a positive coefficient)."""
+    base = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+            "--seq-length", "128", "--num-experts", "8", "--target-hardware", "h100",
+            "--target-nodes", "1", "--target-gpus-per-node", "8"]
+    la = parse_launch_args(base + ["--moe-aux-loss-coeff", "1e-2", "--moe-z-loss-coeff",
+                                   "1e-3", "--moe-router-score-function", "sigmoid",
+                                   "--moe-router-enable-expert-bias"])
+    assert la.spec.parallel.moe_router_terms == ("aux_loss", "z_loss", "expert_bias",
+                                                 "sigmoid")
+    assert parse_launch_args(base + ["--moe-aux-loss-coeff", "0"]).spec.parallel \
+        .moe_router_terms == ()

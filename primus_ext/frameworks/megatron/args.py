@@ -247,7 +247,28 @@ def _moe_impl(ns) -> dict:
                 moe_permute_fusion=ns.moe_permute_fusion,
                 moe_router_fusion=ns.moe_router_fusion,
                 moe_router_load_balancing_type=_balancing(ns),
-                moe_flex_dispatcher_backend=ns.moe_flex_dispatcher_backend)
+                moe_flex_dispatcher_backend=ns.moe_flex_dispatcher_backend,
+                moe_router_terms=router_terms(ns))
+
+
+def router_terms(ns) -> tuple[str, ...]:
+    """parallel.moe_router_terms from the router flags (megatron-core moe/router.py:
+    the balancing losses only with a positive coefficient, and not under Sinkhorn)."""
+    terms = []
+    coeffs = [float(c) for c in ns.moe_aux_loss_coeff]
+    if any(c > 0 for c in coeffs) and _balancing(ns) not in ("sinkhorn", "none"):
+        terms.append("aux_loss")
+    for term, on in (("z_loss", bool(ns.moe_z_loss_coeff)),
+                     ("input_jitter", ns.moe_input_jitter_eps is not None),
+                     ("expert_bias", ns.moe_router_enable_expert_bias),
+                     ("sigmoid", ns.moe_router_score_function == "sigmoid"),
+                     ("topk_scaling", ns.moe_router_topk_scaling_factor is not None),
+                     ("padding", ns.moe_router_padding_for_fp8
+                      or ns.moe_router_padding_for_quantization),
+                     ("per_layer_logging", ns.moe_per_layer_logging)):
+        if on:
+            terms.append(term)
+    return tuple(terms)
 
 
 def _balancing(ns) -> str:

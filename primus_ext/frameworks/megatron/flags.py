@@ -77,6 +77,7 @@ def model_args(spec: RunSpec) -> list:
             a += ["--moe-router-load-balancing-type", p.moe_router_load_balancing_type]
         if p.moe_token_dispatcher_type == "flex":
             a.value("--moe-flex-dispatcher-backend", p.moe_flex_dispatcher_backend)
+        a += router_term_flags(p.moe_router_terms)
         a.value("--moe-router-topk", m.moe_router_topk)
         a.value("--moe-token-dispatcher-type", spec.parallel.moe_token_dispatcher_type)
         a.value("--moe-ffn-hidden-size", m.moe_ffn_hidden_size)
@@ -103,6 +104,23 @@ def model_args(spec: RunSpec) -> list:
     if m.mtp_num_layers:
         a += ["--mtp-num-layers", m.mtp_num_layers]
     return list(a)
+
+
+# One flag line per router term (parallel.moe_router_terms): the recipes' usual values.
+_ROUTER_TERM_FLAGS = {
+    "aux_loss": ["--moe-aux-loss-coeff", "1e-3"],
+    "z_loss": ["--moe-z-loss-coeff", "1e-3"],
+    "input_jitter": ["--moe-input-jitter-eps", "1e-2"],
+    "expert_bias": ["--moe-router-enable-expert-bias"],
+    "sigmoid": ["--moe-router-score-function", "sigmoid"],
+    "topk_scaling": ["--moe-router-topk-scaling-factor", "2.5"],
+    "padding": ["--moe-router-padding-for-quantization"],
+    "per_layer_logging": ["--moe-per-layer-logging"],
+}
+
+
+def router_term_flags(terms) -> list:
+    return [x for t in terms for x in _ROUTER_TERM_FLAGS[t]]
 
 
 def parallel_args(spec: RunSpec) -> list:

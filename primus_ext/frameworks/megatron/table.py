@@ -110,6 +110,22 @@ MOE = (
        choices=("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")),
     _f("--moe-flex-dispatcher-backend", "parallel.moe_flex_dispatcher_backend", "deepep",
        str, choices=("deepep", "hybridep")),
+    # The router's optional terms (parallel.moe_router_terms; args.py router_terms).
+    _f("--moe-aux-loss-coeff", "parallel.moe_router_terms", ["0.0"], str, nargs="+"),
+    _f("--moe-z-loss-coeff", "parallel.moe_router_terms", type=float),
+    _f("--moe-input-jitter-eps", "parallel.moe_router_terms", type=float),
+    _f("--moe-router-enable-expert-bias", "parallel.moe_router_terms", False),
+    _f("--moe-router-bias-update-rate", "parallel.moe_router_terms", 1e-3, float),
+    _f("--moe-router-score-function", "parallel.moe_router_terms", "softmax", str,
+       choices=("softmax", "sigmoid")),
+    _f("--moe-router-topk-scaling-factor", "parallel.moe_router_terms", type=float),
+    _f("--moe-router-padding-for-fp8", "parallel.moe_router_terms", False),
+    _f("--moe-router-padding-for-quantization", "parallel.moe_router_terms", False),
+    _f("--moe-per-layer-logging", "parallel.moe_router_terms", False),
+    # The order of softmax and top-k: the same kernels.
+    _f("--moe-router-pre-softmax", "", False),
+    # A scalar on the MTP loss: the same kernels.
+    _f("--mtp-loss-scaling-factor", "", 0.1, float),
 )
 MLA = (
     _f("--multi-latent-attention", "model.multi_latent_attention", False),
