@@ -23,7 +23,8 @@ from primus_ext.modes.calibrate import held_out_results, leave_one_source_out  #
 from primus_ext.modes.validate import validate  # noqa: E402
 from primus_ext.project.calibration import DEFAULT_PATH as CALIB_PATH  # noqa: E402
 from primus_ext.project.calibration import load_calibration  # noqa: E402
-from primus_ext.project.fit import FITTED, PRIOR_SIGMA, ROW_SIGMA  # noqa: E402
+from primus_ext.project.fit import (FITTED, HOST_FITTED, HOST_PRIOR_SIGMA,  # noqa: E402
+                                   PRIOR_SIGMA, ROW_SIGMA)
 from primus_ext.project.validate import percentile, summarize  # noqa: E402
 from primus_ext.presets import hardware_preset  # noqa: E402
 from primus_ext.published import DEFAULT_PATH, read_runs  # noqa: E402
@@ -46,8 +47,11 @@ rules of `primus_ext/published/recipes.py`, projected by the simulate backend wi
 committed calibration (`{calib}`), and compared with the published tokens/s/GPU (rows
 that publish only TFLOP/s/GPU or MFU are converted with Megatron-LM's FLOP formula). The
 calibration holds per-hardware physical constants only (GEMM / FP8 GEMM / flash-attention
-efficiency, NIC efficiency), fitted by `mode=calibrate` with a Gaussian prior on the
-presets' cited values; nothing is keyed to a model, a source or a row.
+efficiency, NIC efficiency; and the host clock's: host speed, launch, TE module,
+collective and synchronisation costs, the training loop's time, fitted on Megatron-LM's
+GPU-measured functional tests, the golden section below), fitted by `mode=calibrate`
+with a Gaussian prior on the presets' cited values; nothing is keyed to a model, a
+source or a row.
 
 Three figures are reported for every group of rows: **calibrated** (the committed
 calibration), **priors only** (`calibration=null`: the hardware presets' cited priors,
@@ -184,11 +188,12 @@ def torchtitan_rows(results, runs_by_id) -> list[str]:
 
 
 def constants(calib) -> list[str]:
-    knobs = ", ".join(f"`{k}` ({' + '.join(v[0])}, bounds {v[1]}-{v[2]})"
-                      for k, v in FITTED.items())
+    knobs = ", ".join(f"`{k}` ({' + '.join(v[0])}, bounds {v[1]:g}-{v[2]:g})"
+                      for k, v in {**FITTED, **HOST_FITTED}.items())
     lines = ["## Fitted constants", "",
              f"Knobs: {knobs}. Loss: pseudo-Huber of the log error (scale {ROW_SIGMA}); "
-             f"prior: log-normal around the preset value with sigma {PRIOR_SIGMA}.", "",
+             f"prior: log-normal around the preset value with sigma {PRIOR_SIGMA} (host "
+             f"constants: {HOST_PRIOR_SIGMA}, fitted on the golden cases alone).", "",
              "| hardware | field | preset prior | fitted | ratio |",
              "| --- | --- | ---: | ---: | ---: |"]
     for name, values in sorted(calib.constants.items()):
