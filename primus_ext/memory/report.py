@@ -22,14 +22,15 @@ from primus_ext.memory.activations import chunk_activations
 from primus_ext.memory.inflight import (inflight_1f1b, inflight_interleaved,
                                         peak_with_gradients)
 from primus_ext.memory.options import TIGHT_FRACTION, DEFAULT_OPTIONS, MemoryOptions
-from primus_ext.memory.overhead import other_items
+from primus_ext.memory.overhead import device_only_bytes, other_items
 from primus_ext.memory.states import chunk_grad_bytes, grad_bytes_per_element, stage_states
 from primus_ext.spec.run import RunSpec, uses_te
 from primus_ext.spec.train import TrainSpec
 
 STAGE_KEYS = ("stage", "num_params", "param_bytes", "grad_bytes", "optimizer_bytes",
               "activation_bytes_per_microbatch", "num_inflight_microbatches",
-              "activation_bytes", "other_bytes", "total_bytes")
+              "activation_bytes", "other_bytes", "total_bytes", "allocated_peak_bytes",
+              "other")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,12 +45,21 @@ class StageMemory:
     num_inflight_microbatches: int  # microbatches alive at the peak (chunk-mbs / vpp)
     activation_bytes: int  # in-flight saved activations plus one backward's working set
     other_bytes: int
-    total_bytes: int
+    total_bytes: int  # the device peak: allocated peak + the DEVICE_TERMS of ``other``
     inflight_per_chunk: tuple[int, ...] = ()
-    other: tuple[tuple[str, int], ...] = ()  # other_bytes by name
+    other: tuple[tuple[str, int], ...] = ()  # other_bytes by name (overhead.py)
+
+    @property
+    def allocated_peak_bytes(self) -> int:
+        """What ``torch.cuda.max_memory_allocated`` reports on this rank (Megatron-LM's
+        ``mem-max-allocated-bytes``): the device peak less the terms outside PyTorch's
+        caching allocator (CUDA context, NCCL buffers, fragmentation)."""
+        return self.total_bytes - device_only_bytes(dict(self.other))
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in STAGE_KEYS}
+        out = {k: getattr(self, k) for k in STAGE_KEYS}
+        out["other"] = dict(self.other)
+        return out
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -68,10 +78,17 @@ class MemoryReport:
 
 
 def resolved_train(spec: RunSpec):
-    """``spec.train`` with ``te`` resolved (None -> ``uses_te``), so the cached pieces see
-    which layer stack they model."""
+    """``spec.train`` with ``te`` (None -> ``uses_te``) and ``masked_softmax_fusion``
+    (None -> on unless the hardware is the ``cpu`` preset, whose torch path has no fused
+    kernel) resolved, so the cached pieces see which kernels they model."""
+    t = spec.train
     te = uses_te(spec)
-    return spec.train if spec.train.te is te else dataclasses.replace(spec.train, te=te)
+    fused = t.masked_softmax_fusion
+    if fused is None:
+        fused = spec.cluster.hardware.name != "cpu"
+    if t.te is te and t.masked_softmax_fusion is fused:
+        return t
+    return dataclasses.replace(t, te=te, masked_softmax_fusion=fused)
 
 
 def _stage(spec: RunSpec, stage: int, options: MemoryOptions,
@@ -99,7 +116,8 @@ def _stage(spec: RunSpec, stage: int, options: MemoryOptions,
     else:
         alive = inflight_interleaved(par.pp, par.vpp, stage, m, tuple(per_mb))
     act = sum(a * b for a, b in zip(alive, per_mb)) + max(c.working_bytes for c in chunks)
-    other = other_items(model, par, train, dp, expert_dp, act, options)
+    other = other_items(model, par, train, dp, expert_dp, act, options,
+                        spec.cluster.hardware)
     other_bytes = sum(other.values())
     return StageMemory(
         stage=stage, num_params=st.num_params, num_expert_params=st.num_expert_params,

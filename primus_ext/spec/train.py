@@ -105,6 +105,18 @@ class TrainSpec:
     # --moe-router-force-load-balancing: tokens routed uniformly to the experts (benchmark
     # runs), so no expert-parallel rank waits on a busier one.
     moe_router_force_load_balancing: bool = False
+    # --moe-grouped-gemm: the routed experts as one grouped GEMM (megatron-core
+    # TEGroupedMLP on the TE stack, whose TE GroupedLinear runs on four cuBLAS streams,
+    # each with its own workspace: memory/overhead.py); False: SequentialMLP, one GEMM per
+    # local expert. True by default: what production recipes (and primus-ext's emitted
+    # ones) run; a Megatron-LM launch line without the flag reads as False.
+    moe_grouped_gemm: bool = True
+    # TransformerConfig.masked_softmax_fusion (Megatron-LM --no-masked-softmax-fusion
+    # turns it off): the unfused attention's scale-mask-softmax as one CUDA kernel that
+    # saves its output in the input dtype (megatron/core/fusions/fused_softmax.py,
+    # TE attention/dot_product_attention/softmax.py). None: on GPU presets, off on `cpu`
+    # (the kernels are CUDA only); resolved by memory/report.py like ``te``.
+    masked_softmax_fusion: bool | None = None
 
     def __post_init__(self) -> None:
         check_types(self, _OWNER)

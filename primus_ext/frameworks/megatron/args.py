@@ -266,7 +266,12 @@ def _train(ns, dp: int, n: Notes) -> TrainSpec:
         n.not_modelled.append(f"--main-params-dtype {ns.main_params_dtype} (modelled as "
                               "fp32 main parameters)")
     te = None if ns.transformer_impl is None else ns.transformer_impl != "local"
-    backend = "unfused" if ns.attention_backend in ("unfused", "local") else "flash"
+    # megatron-core's local spec has one core attention, its unfused DotProductAttention
+    # (gpt_layer_specs.py get_gpt_layer_local_spec); --attention-backend (default auto)
+    # only chooses among Transformer Engine's backends (LanguageModule.
+    # _set_attention_backend sets TE's NVTE_*_ATTN switches).
+    backend = "unfused" if ns.attention_backend in ("unfused", "local") or te is False \
+        else "flash"
     return TrainSpec(
         seq_length=ns.seq_length, micro_batch_size=ns.micro_batch_size,
         global_batch_size=ns.global_batch_size or ns.micro_batch_size * dp,
@@ -289,7 +294,11 @@ def _train(ns, dp: int, n: Notes) -> TrainSpec:
         cpu_offloading_num_layers=ns.cpu_offloading_num_layers if ns.cpu_offloading
         else 0,
         moe_router_force_load_balancing=bool(ns.num_experts)
-        and ns.moe_router_force_load_balancing)
+        and ns.moe_router_force_load_balancing,
+        # Megatron-LM's default is SequentialMLP; a dense model keeps the spec's default.
+        moe_grouped_gemm=ns.moe_grouped_gemm if ns.num_experts
+        else TrainSpec().moe_grouped_gemm,
+        masked_softmax_fusion=False if ns.no_masked_softmax_fusion else None)
 
 
 def _router_dtype(ns, n: Notes) -> str | None:

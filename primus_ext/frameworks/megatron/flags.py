@@ -68,7 +68,8 @@ def model_args(spec: RunSpec) -> list:
         if m.window_full_attention_every > 1:
             a += ["--window-attn-skip-freq", m.window_full_attention_every]
     if m.is_moe:
-        a += ["--num-experts", m.num_moe_experts, "--moe-grouped-gemm"]
+        a += ["--num-experts", m.num_moe_experts]
+        a.switch("--moe-grouped-gemm", spec.train.moe_grouped_gemm)
         a.value("--moe-router-topk", m.moe_router_topk)
         a.value("--moe-token-dispatcher-type", spec.parallel.moe_token_dispatcher_type)
         a.value("--moe-ffn-hidden-size", m.moe_ffn_hidden_size)
@@ -175,6 +176,7 @@ def train_args(spec: RunSpec) -> list:
     if t.cross_entropy_loss_fusion:
         a.value("--cross-entropy-fusion-impl", t.cross_entropy_fusion_impl)
     a.switch("--no-attention-softmax-in-fp32", not t.attention_softmax_in_fp32)
+    a.switch("--no-masked-softmax-fusion", t.masked_softmax_fusion is False)
     if t.offload_modules:
         a += ["--fine-grained-activation-offloading", "--offload-modules",
               *t.offload_modules]

@@ -62,8 +62,8 @@ _REASONS = {
     "permutation, router and elementwise kernels, the DeepEP/HybridEP backend of the "
     "flex dispatcher, double-buffered FSDP all-gathers, CUDA graphs: the step is "
     "modelled GPU-bound, host launch overhead hidden)": (
-        "--moe-grouped-gemm --moe-permute-fusion --moe-router-fusion "
-        "--moe-flex-dispatcher-backend --moe-hybridep-num-sms --no-masked-softmax-fusion "
+        "--moe-permute-fusion --moe-router-fusion "
+        "--moe-flex-dispatcher-backend --moe-hybridep-num-sms "
         "--no-bias-gelu-fusion --no-bias-dropout-fusion --no-rope-fusion "
         "--fsdp-double-buffer --moe-use-legacy-grouped-gemm --cuda-graph-impl "
         "--cuda-graph-scope --cuda-graph-modules --external-cuda-graph --te-rng-tracker "

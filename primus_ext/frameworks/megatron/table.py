@@ -101,6 +101,7 @@ MOE = (
     # overlap window of comm/moe_comm.py already counts the weight gradients.
     _f("--delay-wgrad-compute", "parallel.overlap_moe_expert_parallel_comm", False),
     _f("--moe-shared-expert-overlap", "parallel.moe_shared_expert_overlap", False),
+    _f("--moe-grouped-gemm", "train.moe_grouped_gemm", False),
 )
 MLA = (
     _f("--multi-latent-attention", "model.multi_latent_attention", False),
@@ -173,6 +174,9 @@ TRAIN = (
        choices=ATTENTION_BACKENDS),
     _f("--use-flash-attn", "train.attention_backend", False),
     _f("--no-attention-softmax-in-fp32", "train.attention_softmax_in_fp32", False),
+    # On by default in Megatron-LM; absent, train.masked_softmax_fusion stays None (on for
+    # GPU presets: memory/report.py resolved_train).
+    _f("--no-masked-softmax-fusion", "train.masked_softmax_fusion", False),
     _f("--attention-softmax-in-fp32", "train.attention_softmax_in_fp32", False),
     _f("--cross-entropy-loss-fusion", "train.cross_entropy_loss_fusion", False),
     _f("--cross-entropy-fusion-impl", "train.cross_entropy_fusion_impl", "native", str,
