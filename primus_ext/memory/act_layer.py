@@ -188,9 +188,12 @@ def moe_items(model: ModelSpec, par: ParallelSpec, d: Dims, options: MemoryOptio
     it["experts.probs"] = t_e * e  # per-assignment probs for the weighted activation
     ffn = model.expert_ffn_size // par.expert_tp
     it |= ffn_items(model, d, "experts", t_e, ffn, options)
-    if not options.bias_activation_fusion:
+    if not (options.bias_activation_fusion and model.gated):
         # Unfused, the routing probs multiply the activation output as a separate op,
-        # whose output is fc2's input.
+        # whose output is fc2's input. Only the gated activations have a fused kernel
+        # with the probs (weighted_bias_swiglu_impl / weighted_bias_quick_geglu_impl,
+        # megatron/core/transformer/mlp.py MLP.forward and moe/experts.py bias_act_func);
+        # GeLU / ReLU experts always run activation, multiply and cast as three ops.
         it["experts.scaled_output"] = t_e * ffn * e
     if model.moe_shared_expert_intermediate_size:
         it |= ffn_items(model, d, "shared", d.n,

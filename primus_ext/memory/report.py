@@ -102,19 +102,23 @@ def _stage(spec: RunSpec, stage: int, options: MemoryOptions,
               for c in range(par.vpp)]
     per_mb = [c.bytes_per_microbatch for c in chunks]
     m = spec.num_microbatches
+    # Interleaving with m % pp != 0 runs as one microbatch group (megatron-core rejects a
+    # short last group; --microbatch-group-size-per-virtual-pipeline-stage m, as
+    # project/estimate.py schedules it and flags.py writes it).
+    group = m if par.vpp > 1 and m % par.pp else None
     grad_bytes = st.grad_bytes
     if par.grad_buffer == "on_backward":
         # Unsharded gradients exist from a chunk's first backward to its last: the peak
         # is stepped over the schedule with them; the reduce-scattered fp32 shard stays.
         per_chunk = chunk_grad_bytes(model, par, train, stage, dp, expert_dp, options)
         alive, lazy = peak_with_gradients(par.pp, par.vpp, stage, m, tuple(per_mb),
-                                          per_chunk)
+                                          per_chunk, group)
         grad_bytes = st.optimizer_elements * grad_bytes_per_element(train, options,
                                                                     par) + lazy
     elif par.vpp == 1:
         alive = (inflight_1f1b(par.pp, stage, m),)
     else:
-        alive = inflight_interleaved(par.pp, par.vpp, stage, m, tuple(per_mb))
+        alive = inflight_interleaved(par.pp, par.vpp, stage, m, tuple(per_mb), group)
     act = sum(a * b for a, b in zip(alive, per_mb)) + max(c.working_bytes for c in chunks)
     other = other_items(model, par, train, dp, expert_dp, act, options,
                         spec.cluster.hardware)
