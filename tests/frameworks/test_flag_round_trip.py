@@ -44,18 +44,24 @@ def _model(draw) -> ModelSpec:
                   kv_lora_rank=32, qk_head_dim=16, qk_pos_emb_head_dim=8, v_head_dim=16,
                   mtp_num_layers=draw(st.sampled_from((0, 1))))
     groups = draw(st.sampled_from((None, heads // 2, heads)))
+    activation = draw(st.sampled_from(("swiglu", "gelu", "squared_relu", "quick_geglu")))
+    ffn = draw(st.sampled_from((None, 96, 256)))
+    if ffn is None and activation == "swiglu":
+        # Megatron-LM's default FFN width with --swiglu is 2/3 of 4 x hidden: a SwiGLU
+        # spec at 4 x hidden is written (and read back) with --ffn-hidden-size.
+        ffn = 4 * heads * head_dim
     window = draw(st.sampled_from((None, 64)))
     every = draw(st.sampled_from((1, 2))) if window else 1
     return ModelSpec(
         name="m", num_layers=draw(st.sampled_from((4, 6, 8, 12))),
         hidden_size=heads * head_dim, num_attention_heads=heads,
-        ffn_hidden_size=draw(st.sampled_from((None, 96, 256))), num_query_groups=groups,
+        ffn_hidden_size=ffn, num_query_groups=groups,
         kv_channels=draw(st.sampled_from((None, head_dim))),
         vocab_size=draw(st.integers(1000, 70000)),
         make_vocab_size_divisible_by=draw(st.sampled_from((1, 64, 128))),
         max_position_embeddings=draw(st.sampled_from((256, 1024))),
         normalization=draw(st.sampled_from(("RMSNorm", "LayerNorm"))),
-        activation=draw(st.sampled_from(("swiglu", "gelu", "squared_relu", "quick_geglu"))),
+        activation=activation,
         add_bias_linear=draw(st.booleans()), add_qkv_bias=draw(st.booleans()),
         qk_layernorm=draw(st.booleans()),
         position_embedding_type=draw(st.sampled_from(("rope", "learned_absolute", "none"))

@@ -46,7 +46,12 @@ def model_args(spec: RunSpec) -> list:
     m = spec.model
     a = _Args(["--num-layers", m.num_layers, "--hidden-size", m.hidden_size,
                "--num-attention-heads", m.num_attention_heads])
-    a.value("--ffn-hidden-size", m.ffn_hidden_size)  # Megatron's default: 4 x hidden
+    # Megatron's default: 4 x hidden, but 2/3 of it (a multiple of 64) with --swiglu
+    # (model_flags.ffn_hidden_size): a SwiGLU spec at 4 x hidden says so.
+    ffn = m.ffn_hidden_size
+    if ffn is None and m.activation == "swiglu":
+        ffn = 4 * m.hidden_size
+    a.value("--ffn-hidden-size", ffn)
     if m.num_query_groups is not None:
         a += ["--group-query-attention", "--num-query-groups", m.num_query_groups]
     a.value("--kv-channels", m.kv_channels)
