@@ -146,7 +146,8 @@ def mtp_items(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
     # offloads what the decoder layers offload (offload.py).
     it["mtp.layer"] = layer_bytes(model, par, train, moe, options) \
         - layer_offloaded_bytes(model, par, train, moe, options)
-    it |= {f"mtp.{k}": v for k, v in head_items(model, par, train).items()}
+    it |= {f"mtp.{k}": v for k, v in head_items(model, par, train,
+                                                     options=options).items()}
     # GPTModel's MTP loss: loss_mask * loss keeps the (rolled, fp32) loss mask; the
     # MTPLossAutoScaler keeps the scaled per-token loss and the token count.
     it["mtp.loss.loss_mask"] = d.n * 4
@@ -230,11 +231,11 @@ def chunk_activations(model: ModelSpec, par: ParallelSpec, train: TrainSpec, sta
         # Context parallelism's ring / gather buffers of one layer's attention backward.
         bwd += te_cp_working_bytes(model, par.cp, par.cp_comm_type, Dims.of(par, train))
     if last:
-        it |= head_items(model, par, train)
+        it |= head_items(model, par, train, options=options)
         for k in range(model.mtp_num_layers):
             it |= {f"{name}[{k}]": v
                    for name, v in mtp_items(model, par, train, options).items()}
-        fwd_end += loss_transient_bytes(model, par, train)  # head.py
+        fwd_end += loss_transient_bytes(model, par, train, options)  # head.py
     working = max(fwd_end, bwd)
     items = tuple((k, v) for k, v in it.items() if v)
     return ChunkActivations(bytes_per_microbatch=sum(v for _, v in items),

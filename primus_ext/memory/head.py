@@ -22,15 +22,18 @@ local while ``LanguageModule.compute_language_model_loss`` runs one of three los
   end: 4nv saved + nv*e + 4nv transient.
 - TE (``--cross-entropy-fusion-impl te``, transformer_engine/pytorch/cross_entropy.py
   ``CrossEntropyFunction``; triton/cross_entropy.py ``cross_entropy_forward``): the
-  Triton kernels write the fp32 input gradient (``torch.empty_like(_input,
-  dtype=torch.float32)``) in the forward and save it, nothing else of size n x v; the
-  logits are alive beside it in the forward, and its cast back to the logits' dtype in
-  the backward: 4nv saved + nv*e transient.
+  Triton kernels compute the loss and the input gradient in the forward. Up to TE 2.17
+  they write the gradient into the logits in place and save them: nv*e saved, no
+  transient. From TE 2.18 (#3193, ``MemoryOptions.te_cross_entropy_fp32_grad``) they
+  write it to a new fp32 tensor (``torch.empty_like(_input, dtype=torch.float32)``) and
+  save that; the logits are alive beside it in the forward, and its cast back to the
+  logits' dtype in the backward: 4nv saved + nv*e transient.
 """
 from __future__ import annotations
 
 from primus_ext.memory.act_layer import norm_items
 from primus_ext.memory.dims import Dims, Items
+from primus_ext.memory.options import DEFAULT_OPTIONS, MemoryOptions
 from primus_ext.spec.model import ModelSpec, padded_vocab
 from primus_ext.spec.parallel import ParallelSpec
 from primus_ext.spec.train import TrainSpec
@@ -48,15 +51,19 @@ def _vocab(model: ModelSpec, par: ParallelSpec) -> int:
 
 
 def head_items(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
-               final_norm: bool = True) -> Items:
+               final_norm: bool = True, options: MemoryOptions = DEFAULT_OPTIONS) -> Items:
     """Final norm, output layer input and the vocab-parallel cross entropy (saved)."""
     d = Dims.of(par, train)
     v = _vocab(model, par)
     it = norm_items(model, d, "final_norm", d.n_sp, model.hidden_size) if final_norm else {}
     it["output_layer.input"] = d.n_sp * model.hidden_size * d.e
     if te_cross_entropy(train):
-        # CrossEntropyFunction.forward saves the fp32 input gradient the kernel wrote.
-        it["loss.grad_input"] = d.n * v * 4
+        # CrossEntropyFunction.forward saves the input gradient the kernel wrote: into
+        # the logits (TE <= 2.17) or a new fp32 tensor (TE >= 2.18).
+        if options.te_cross_entropy_fp32_grad:
+            it["loss.grad_input"] = d.n * v * 4
+        else:
+            it["loss.logits"] = d.n * v * d.e
         return it
     # _VocabParallelCrossEntropy keeps exp(logits - max) in fp32, the target mask and
     # the masked target ids.
@@ -66,12 +73,14 @@ def head_items(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
     return it
 
 
-def loss_transient_bytes(model: ModelSpec, par: ParallelSpec, train: TrainSpec) -> int:
+def loss_transient_bytes(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
+                         options: MemoryOptions = DEFAULT_OPTIONS) -> int:
     """Bytes alive during one loss beyond what it saves (module docstring)."""
     d = Dims.of(par, train)
     nv = d.n * _vocab(model, par)
     if te_cross_entropy(train):
-        return nv * d.e  # the logits (or their gradient) beside the fp32 gradient
+        # TE >= 2.18: the logits (or their gradient) beside the fp32 gradient.
+        return nv * d.e if options.te_cross_entropy_fp32_grad else 0
     transient = nv * d.e if d.e != 4 else 0  # fp32 logits are their own .float()
     if train.cross_entropy_loss_fusion:
         transient += nv * 4  # the functionalized copy of the mutated fp32 logits

@@ -51,6 +51,12 @@ class MemoryOptions:
     # (mcore 0.16 local path) also keeps the gate activation and a copy of the linear
     # half: 5 instead of 3 ffn-sized tensors.
     bias_activation_fusion: bool = True
+    # Transformer Engine's fused cross entropy (--cross-entropy-fusion-impl te): False,
+    # TE <= 2.17, writes the input gradient into the logits in place and saves them;
+    # True, TE >= 2.18 (NVIDIA/TransformerEngine#3193, transformer_engine/pytorch/triton/
+    # cross_entropy.py: "Store the input gradient in FP32"), saves a new fp32 gradient
+    # (memory/head.py).
+    te_cross_entropy_fp32_grad: bool = False
 
     # ---- torchtitan implementation switches -----------------------------------------
     # ChunkedLossWrapper num_chunks (torchtitan 0.3.0 components/loss.py, default 8):

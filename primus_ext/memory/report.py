@@ -94,8 +94,11 @@ def resolved_train(spec: RunSpec):
 def _stage(spec: RunSpec, stage: int, options: MemoryOptions,
            train: TrainSpec) -> StageMemory:
     model, par = spec.model, spec.parallel
-    dp = spec.dp * par.cp
-    expert_dp = max(spec.expert_dp, 1)
+    # The DDP buffers and optimizer shards span one distributed-optimizer instance
+    # (distributed_data_parallel.py: intra_dp_cp_group / intra_expt_dp_group).
+    inst = par.num_distributed_optimizer_instances
+    dp = max(spec.dp * par.cp // inst, 1)
+    expert_dp = max(spec.expert_dp // inst, 1)
     st = stage_states(model, par, train, stage, dp, expert_dp, options,
                       spec.cluster.hardware.fp8_non_tn_gemm)
     chunks = [chunk_activations(model, par, train, stage, c, options)

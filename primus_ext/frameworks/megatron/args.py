@@ -222,6 +222,7 @@ def _parallel(ns, n: Notes) -> ParallelSpec:
         tp=ns.tensor_model_parallel_size, pp=pp, vpp=vpp, cp=ns.context_parallel_size,
         ep=ns.expert_model_parallel_size, etp=etp, sequence_parallel=sp,
         use_distributed_optimizer=ns.use_distributed_optimizer and not fsdp, fsdp=fsdp,
+        num_distributed_optimizer_instances=ns.num_distributed_optimizer_instances,
         overlap_grad_reduce=ns.overlap_grad_reduce,
         overlap_param_gather=ns.overlap_param_gather, tp_comm_overlap=tp_overlap,
         grad_reduce_in_fp32=_grad_reduce_in_fp32(ns, fsdp, n),

@@ -144,6 +144,7 @@ def parallel_args(spec: RunSpec) -> list:
     if p.fsdp:
         a += ["--use-torch-fsdp2", "--no-gradient-accumulation-fusion"]
     a.switch("--use-distributed-optimizer", p.use_distributed_optimizer and not p.fsdp)
+    a.value("--num-distributed-optimizer-instances", p.num_distributed_optimizer_instances)
     a.switch("--overlap-grad-reduce", p.overlap_grad_reduce)
     a.switch("--overlap-param-gather",
              p.overlap_param_gather and (p.use_distributed_optimizer or p.fsdp))

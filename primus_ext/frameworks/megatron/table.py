@@ -139,6 +139,8 @@ PARALLEL = (
     _f("--use-megatron-fsdp", "parallel.fsdp", False),
     _f("--data-parallel-sharding-strategy", "parallel.fsdp", "optim_grads_params", str,
        choices=("no_shard", "optim", "optim_grads", "optim_grads_params")),
+    _f("--num-distributed-optimizer-instances",
+       "parallel.num_distributed_optimizer_instances", 1, int),
     _f("--overlap-grad-reduce", "parallel.overlap_grad_reduce", False),
     _f("--overlap-param-gather", "parallel.overlap_param_gather", False),
     _f("--tp-comm-overlap", "parallel.tp_comm_overlap", False),
