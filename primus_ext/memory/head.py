@@ -85,3 +85,19 @@ def loss_transient_bytes(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
     if train.cross_entropy_loss_fusion:
         transient += nv * 4  # the functionalized copy of the mutated fp32 logits
     return transient
+
+
+def deferred_wgrad_bytes(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
+                         num_microbatches: int) -> int:
+    """``--defer-embedding-wgrad-compute``: the output layer's gradient output (the bf16
+    logits' gradient, appended to ``grad_output_buffer`` in
+    ``LinearWithGradAccumulationAndAsyncCommunication.backward``) and its input
+    (``embedding_activation_buffer``, ``ColumnParallelLinear.forward``) of every earlier
+    microbatch, up to ``wgrad_deferral_limit`` (0: all), are alive at the last
+    microbatch's loss; the flush (``finish_embedding_wgrad_compute``) frees them."""
+    if not train.defer_embedding_wgrad_compute:
+        return 0
+    d = Dims.of(par, train)
+    limit = train.wgrad_deferral_limit or num_microbatches
+    kept = min(num_microbatches - 1, limit)
+    return kept * (d.n * _vocab(model, par) * d.e + d.n_sp * model.hidden_size * d.e)

@@ -15,6 +15,14 @@ Megatron-LM logs as ``mem-max-allocated-bytes``; ``ALLOCATED_TERMS``):
   GEMMs, four more for a grouped GEMM (``tex.get_num_cublas_streams()``, one per stream:
   megatron-core's TEGroupedMLP, ``train.moe_grouped_gemm``) and three for the
   userbuffers GEMMs of ``--tp-comm-overlap`` (``_NUM_MAX_UB_STREAMS``);
+- ``dummy_wgrads``: with ``gradient_accumulation_fusion`` (Megatron-LM's default) the
+  weight gradient is accumulated into ``main_grad`` by the GEMM and autograd gets a
+  dummy tensor that Transformer Engine caches once per (shape, dtype)
+  (transformer_engine/pytorch/module/base.py ``get_dummy_wgrad``, called by TE's
+  Linear / LayerNormLinear / GroupedLinear backward and by megatron-core's
+  ``LinearWithGradAccumulationAndAsyncCommunication.backward`` for the output layer and
+  the local spec's linears when TE is installed): one weight-sized tensor per distinct
+  linear weight shape of the stage;
 - ``global_memory_buffer``: megatron-core's ``GlobalMemoryBuffer`` ("mpu" tensors kept
   for reuse, one per dtype, sized to the largest request): the sequence-parallel
   all-gather of a column-parallel linear's input (the output layer's on the TE stack,
@@ -33,14 +41,17 @@ Outside it (``DEVICE_TERMS``; the device peak adds them to the allocated one):
 """
 from __future__ import annotations
 
+import re
+
 from primus_ext.memory.dims import Dims
 from primus_ext.memory.options import MemoryOptions
+from primus_ext.memory.rank_params import chunk_param_tensors
 from primus_ext.spec.hardware import HardwareSpec
 from primus_ext.spec.model import ModelSpec
 from primus_ext.spec.parallel import ParallelSpec
 from primus_ext.spec.train import TrainSpec
 
-ALLOCATED_TERMS = ("cublas_workspaces", "te_workspaces", "workspaces",
+ALLOCATED_TERMS = ("cublas_workspaces", "te_workspaces", "workspaces", "dummy_wgrads",
                    "global_memory_buffer")
 DEVICE_TERMS = ("cuda_context", "nccl", "fragmentation")
 # Torch cuBLAS handles with a workspace: the main thread's (forward) and autograd's
@@ -85,11 +96,34 @@ def workspace_items(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
             "te_workspaces": te * hw.te_workspace_bytes}
 
 
+def dummy_wgrad_bytes(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
+                      stage: int) -> int:
+    """TE's cached dummy weight gradients on one rank of ``stage`` (module docstring):
+    the linear weights of its chunks, one per distinct (module, size), in the
+    parameter dtype. None without gradient accumulation fusion or on a CPU (no TE),
+    and none under FSDP (megatron-core's FSDP writes the GEMM into its own buffers)."""
+    if not train.gradient_accumulation_fusion or par.fsdp or not train.masked_softmax_fusion:
+        return 0
+    seen: set[tuple[str, int]] = set()
+    for chunk in range(par.vpp):
+        for t in chunk_param_tensors(model, par, stage, chunk, not train.te):
+            if not t.name.endswith(".weight") or "linear_" not in t.name and \
+                    "output_layer" not in t.name and "eh_proj" not in t.name:
+                continue
+            if "layernorm" in t.name.rsplit(".", 2)[-2] or "router" in t.name:
+                continue
+            kind = re.sub(r"(layers|local_experts)\.\d+\.", "", t.name)
+            seen.add((kind, t.numel))
+    return sum(numel for _, numel in seen) * train.param_bytes
+
+
 def other_items(model: ModelSpec, par: ParallelSpec, train: TrainSpec, dp: int,
                 expert_dp: int, activation_bytes: int, options: MemoryOptions,
-                hw: HardwareSpec) -> dict[str, int]:
+                hw: HardwareSpec, stage: int | None = None) -> dict[str, int]:
     """Every non-model term by name: ``ALLOCATED_TERMS`` first, then ``DEVICE_TERMS``."""
     out = workspace_items(model, par, train, hw, options)
+    if stage is not None:
+        out["dummy_wgrads"] = dummy_wgrad_bytes(model, par, train, stage)
     out["global_memory_buffer"] = global_buffer_bytes(model, par, train)
     out["cuda_context"] = options.cuda_context_bytes
     out["nccl"] = options.nccl_bytes_per_communicator * num_communicators(

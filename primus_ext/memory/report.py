@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from primus_ext.memory.activations import chunk_activations
+from primus_ext.memory.head import deferred_wgrad_bytes
 from primus_ext.memory.inflight import (inflight_1f1b, inflight_interleaved,
                                         peak_with_gradients)
 from primus_ext.memory.options import TIGHT_FRACTION, DEFAULT_OPTIONS, MemoryOptions
@@ -123,8 +124,10 @@ def _stage(spec: RunSpec, stage: int, options: MemoryOptions,
     else:
         alive = inflight_interleaved(par.pp, par.vpp, stage, m, tuple(per_mb), group)
     act = sum(a * b for a, b in zip(alive, per_mb)) + max(c.working_bytes for c in chunks)
+    if stage == par.pp - 1:
+        act += deferred_wgrad_bytes(model, par, train, m)  # head.py
     other = other_items(model, par, train, dp, expert_dp, act, options,
-                        spec.cluster.hardware)
+                        spec.cluster.hardware, stage)
     other_bytes = sum(other.values())
     return StageMemory(
         stage=stage, num_params=st.num_params, num_expert_params=st.num_expert_params,

@@ -215,6 +215,10 @@ def _parallel(ns, n: Notes) -> ParallelSpec:
                          "(megatron-core: 'overlap_moe_expert_parallel_comm must be "
                          "enabled when enabling delay_wgrad_compute')")
     sp, tp_overlap = _sequence_parallel(ns, n)
+    if ns.defer_embedding_wgrad_compute and pp == 1:
+        raise ValueError("--defer-embedding-wgrad-compute needs pipeline parallelism "
+                         "(megatron-core: 'Cannot defer embedding wgrad compute when "
+                         "pipeline model parallel is not used')")
     etp = ns.expert_tensor_parallel_size
     if etp == ns.tensor_model_parallel_size:
         etp = None  # megatron-core's default: expert TP = TP
@@ -299,7 +303,10 @@ def _train(ns, dp: int, n: Notes) -> TrainSpec:
         # Megatron-LM's default is SequentialMLP; a dense model keeps the spec's default.
         moe_grouped_gemm=ns.moe_grouped_gemm if ns.num_experts
         else TrainSpec().moe_grouped_gemm,
-        masked_softmax_fusion=False if ns.no_masked_softmax_fusion else None)
+        masked_softmax_fusion=False if ns.no_masked_softmax_fusion else None,
+        gradient_accumulation_fusion=not ns.no_gradient_accumulation_fusion,
+        defer_embedding_wgrad_compute=ns.defer_embedding_wgrad_compute,
+        wgrad_deferral_limit=ns.wgrad_deferral_limit)
 
 
 def _router_dtype(ns, n: Notes) -> str | None:

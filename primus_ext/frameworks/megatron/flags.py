@@ -142,7 +142,7 @@ def parallel_args(spec: RunSpec) -> list:
         a.switch("--moe-shared-expert-overlap", p.moe_shared_expert_overlap)
     a.switch("--sequence-parallel", p.sequence_parallel)
     if p.fsdp:
-        a += ["--use-torch-fsdp2", "--no-gradient-accumulation-fusion"]
+        a.append("--use-torch-fsdp2")  # needs --no-gradient-accumulation-fusion (below)
     a.switch("--use-distributed-optimizer", p.use_distributed_optimizer and not p.fsdp)
     a.value("--num-distributed-optimizer-instances", p.num_distributed_optimizer_instances)
     a.switch("--overlap-grad-reduce", p.overlap_grad_reduce)
@@ -183,6 +183,12 @@ def train_args(spec: RunSpec) -> list:
         a.value("--cross-entropy-fusion-impl", t.cross_entropy_fusion_impl)
     a.switch("--no-attention-softmax-in-fp32", not t.attention_softmax_in_fp32)
     a.switch("--no-masked-softmax-fusion", t.masked_softmax_fusion is False)
+    # Megatron-LM: '--use-torch-fsdp2 is not supported with gradient accumulation fusion'.
+    a.switch("--no-gradient-accumulation-fusion",
+             not t.gradient_accumulation_fusion or p.fsdp)
+    if t.defer_embedding_wgrad_compute:
+        a.append("--defer-embedding-wgrad-compute")
+        a.value("--wgrad-deferral-limit", t.wgrad_deferral_limit)
     if t.offload_modules:
         a += ["--fine-grained-activation-offloading", "--offload-modules",
               *t.offload_modules]

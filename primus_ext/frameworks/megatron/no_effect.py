@@ -42,8 +42,7 @@ _REASONS = {
         "and-grad --empty-unused-memory-level --init-model-with-meta-device "
         "--no-async-tensor-model-parallel-allreduce --use-cpu-initialization "
         "--no-initialization --disable-bf16-reduced-precision-matmul --enable-gpt-oss "
-        "--export-force-local-attention --fsdp-manual-registration --use-nccl-ub "
-        "--no-gradient-accumulation-fusion"),
+        "--export-force-local-attention --fsdp-manual-registration --use-nccl-ub"),
     "numerics of the same kernels (same FLOPs and bytes)": (
         "--norm-epsilon --apply-layernorm-1p --rotary-base --rotary-percent "
         "--rotary-scaling-factor --rotary-seq-len-interpolation-factor --rope-type "

@@ -179,6 +179,9 @@ TRAIN = (
     # On by default in Megatron-LM; absent, train.masked_softmax_fusion stays None (on for
     # GPU presets: memory/report.py resolved_train).
     _f("--no-masked-softmax-fusion", "train.masked_softmax_fusion", False),
+    _f("--no-gradient-accumulation-fusion", "train.gradient_accumulation_fusion", False),
+    _f("--defer-embedding-wgrad-compute", "train.defer_embedding_wgrad_compute", False),
+    _f("--wgrad-deferral-limit", "train.wgrad_deferral_limit", 0, int),
     _f("--attention-softmax-in-fp32", "train.attention_softmax_in_fp32", False),
     _f("--cross-entropy-loss-fusion", "train.cross_entropy_loss_fusion", False),
     _f("--cross-entropy-fusion-impl", "train.cross_entropy_fusion_impl", "native", str,
