@@ -25,6 +25,7 @@ from functools import lru_cache
 
 from primus_ext.memory.act_layer import (Dims, Items, attention_items, mlp_items,
                                          moe_items, norm_items)
+from primus_ext.memory.attn_unfused import unfused_scores_bytes
 from primus_ext.memory.head import head_items, loss_transient_bytes, te_cross_entropy  # noqa: F401
 from primus_ext.memory.options import MemoryOptions
 from primus_ext.memory.offload import layer_offload_split, offloaded_bytes
@@ -200,7 +201,7 @@ def chunk_activations(model: ModelSpec, par: ParallelSpec, train: TrainSpec, sta
     # Transient bytes on top of the saved ones, at the two moments a chunk can peak: the
     # end of its forward (the loss of the last chunk, offloaded tensors in flight) and a
     # layer's backward (a recompute unit rebuilt, context-parallel KV buffers).
-    fwd_end = bwd = 0
+    fwd_end = bwd = inflight = 0
     if first:
         it |= embedding_items(model, par, train)
     if train.recompute_granularity == "full":
@@ -222,7 +223,8 @@ def chunk_activations(model: ModelSpec, par: ParallelSpec, train: TrainSpec, sta
             moved = [layer_offloaded_bytes(model, par, train, model.is_moe_layer(i),
                                            options) for i in layers]
             it["layers"] -= sum(moved)
-            fwd_end = bwd = 2 * max(moved)
+            inflight = 2 * max(moved)
+            fwd_end = bwd = inflight
     if train.recompute_granularity == "selective" and OP_SAC in train.recompute_modules:
         # Op-level SAC recomputes one block at a time in the backward.
         bwd = max((layer_bytes(model, par, train, model.is_moe_layer(i), options,
@@ -236,7 +238,11 @@ def chunk_activations(model: ModelSpec, par: ParallelSpec, train: TrainSpec, sta
             it |= {f"{name}[{k}]": v
                    for name, v in mtp_items(model, par, train, options).items()}
         fwd_end += loss_transient_bytes(model, par, train, options)  # head.py
-    working = max(fwd_end, bwd)
+    # Inside a layer's unfused attention forward the raw scores are alive beside the
+    # probabilities the layer saves (attn_unfused.py: baddbmm's output is the softmax's
+    # input, a local of the attention's forward until it returns).
+    attn = inflight + unfused_scores_bytes(model, par, train) if layers else 0
+    working = max(fwd_end, bwd, attn)
     items = tuple((k, v) for k, v in it.items() if v)
     return ChunkActivations(bytes_per_microbatch=sum(v for _, v in items),
                             working_bytes=working, items=items)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from primus_ext.memory.dims import Dims, Items
 from primus_ext.spec.model import ModelSpec
+from primus_ext.spec.parallel import ParallelSpec
 from primus_ext.spec.train import TrainSpec
 
 _ROWS_PER_BLOCK = 4  # 128 threads / one warp of 32 per row, one row per warp (sk >= 128)
@@ -69,3 +70,14 @@ def score_items(model: ModelSpec, train: TrainSpec, d: Dims, heads: int) -> Item
         it["attn_dropout.mask"] = scores
         it["attn_dropout.output"] = scores * d.e  # bmm input
     return it
+
+
+def unfused_scores_bytes(model: ModelSpec, par: ParallelSpec, train: TrainSpec) -> int:
+    """The raw attention scores of one layer (``baddbmm``'s output, the softmax input):
+    alive inside the attention's forward beside the saved probabilities, not saved
+    (the softmax saves its output). 0 for fused attention."""
+    d = Dims.of(par, train)
+    if d.flash:
+        return 0
+    heads = model.num_attention_heads // par.tp
+    return d.b * heads * d.s * d.s * d.e
