@@ -112,7 +112,8 @@ class TrainSpec:
     # ones) run; a Megatron-LM launch line without the flag reads as False.
     moe_grouped_gemm: bool = True
     # TransformerConfig.gradient_accumulation_fusion (Megatron-LM
-    # --no-gradient-accumulation-fusion turns it off; torch FSDP2 requires it off): weight
+    # --no-gradient-accumulation-fusion turns it off; torch FSDP2 requires it off, and
+    # the field is not read under parallel.fsdp): weight
     # gradients accumulate straight into the fp32 main_grad, and the autograd-visible
     # wgrad is a dummy that Transformer Engine caches once per weight shape
     # (transformer_engine/pytorch/module/base.py get_dummy_wgrad; memory/overhead.py).

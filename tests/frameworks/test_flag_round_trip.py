@@ -141,8 +141,9 @@ def _spec(draw) -> RunSpec:
         fp8_param_gather=precision == "fp8" and draw(st.booleans()),
         recompute_granularity=gran, **rec,
         attention_backend=backend,
-        # Megatron-LM refuses torch FSDP2 with gradient accumulation fusion.
-        gradient_accumulation_fusion=draw(st.booleans()) and not fsdp,
+        # Megatron-LM refuses torch FSDP2 with gradient accumulation fusion: the flag is
+        # always written there and the field keeps its default.
+        gradient_accumulation_fusion=draw(st.booleans()) or fsdp,
         masked_softmax_fusion=draw(st.sampled_from((None, False))),
         moe_grouped_gemm=draw(st.booleans()) if model.is_moe else True,
         optimizer=draw(st.sampled_from(("adam", "sgd"))),

@@ -304,7 +304,10 @@ def _train(ns, dp: int, n: Notes) -> TrainSpec:
         moe_grouped_gemm=ns.moe_grouped_gemm if ns.num_experts
         else TrainSpec().moe_grouped_gemm,
         masked_softmax_fusion=False if ns.no_masked_softmax_fusion else None,
-        gradient_accumulation_fusion=not ns.no_gradient_accumulation_fusion,
+        # torch FSDP2 requires the flag (Megatron-LM validate_args) and the memory model
+        # reads the field only without FSDP: under FSDP it keeps the spec's default.
+        gradient_accumulation_fusion=not ns.no_gradient_accumulation_fusion
+        or ns.use_torch_fsdp2 or ns.use_megatron_fsdp,
         defer_embedding_wgrad_compute=ns.defer_embedding_wgrad_compute,
         wgrad_deferral_limit=ns.wgrad_deferral_limit)
 
