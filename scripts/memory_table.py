@@ -2,7 +2,9 @@
 
 Runs every case of ``primus_ext/groundtruth/memory_cases.py`` in two CPU processes (gloo),
 compares with ``primus_ext/groundtruth/memory_compare.py`` and prints a Markdown table;
-``--write`` writes it to docs/memory.md (generated, never edited by hand).
+``--write`` writes it to docs/memory.md (generated, never edited by hand), with the
+published runs' verdicts and the section against Megatron-LM's GPU logs
+(``scripts/golden_memory.py``, which can refresh that section alone).
 
 Usage: python scripts/memory_table.py [--write] [--cases NAME,NAME]
 """
@@ -251,6 +253,8 @@ def main() -> None:
     text += body
     text += fused_attention_table()
     text += published_verdicts()
+    from golden_memory import section  # the golden section, kept in the page
+    text += "\n" + section()
     print(text)
     print(f"({elapsed:.0f} s)")
     if args.write:
