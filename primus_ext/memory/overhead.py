@@ -97,12 +97,12 @@ def workspace_items(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
 
 
 def dummy_wgrad_bytes(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
-                      stage: int) -> int:
+                      stage: int, gpu: bool = True) -> int:
     """TE's cached dummy weight gradients on one rank of ``stage`` (module docstring):
     the linear weights of its chunks, one per distinct (module, size), in the
-    parameter dtype. None without gradient accumulation fusion or on a CPU (no TE),
+    parameter dtype. None without gradient accumulation fusion or off a GPU (no TE),
     and none under FSDP (megatron-core's FSDP writes the GEMM into its own buffers)."""
-    if not train.gradient_accumulation_fusion or par.fsdp or not train.masked_softmax_fusion:
+    if not train.gradient_accumulation_fusion or par.fsdp or not gpu:
         return 0
     seen: set[tuple[str, int]] = set()
     for chunk in range(par.vpp):
@@ -123,7 +123,8 @@ def other_items(model: ModelSpec, par: ParallelSpec, train: TrainSpec, dp: int,
     """Every non-model term by name: ``ALLOCATED_TERMS`` first, then ``DEVICE_TERMS``."""
     out = workspace_items(model, par, train, hw, options)
     if stage is not None:
-        out["dummy_wgrads"] = dummy_wgrad_bytes(model, par, train, stage)
+        out["dummy_wgrads"] = dummy_wgrad_bytes(model, par, train, stage,
+                                                hw.name != "cpu")
     out["global_memory_buffer"] = global_buffer_bytes(model, par, train)
     out["cuda_context"] = options.cuda_context_bytes
     out["nccl"] = options.nccl_bytes_per_communicator * num_communicators(
