@@ -2,8 +2,11 @@
 
 A stage's total is its parameters, gradients and optimizer state (``states.py``), its
 activations -- bytes saved per microbatch (``activations.py``) times the microbatches in
-flight at its peak (``inflight.py``), plus the transient working set of one backward --
-and the non-model terms of ``overhead.py``. Gradients made in the backward
+flight at its peak (``inflight.py``), plus the largest transient working set (the loss,
+a layer's backward or unfused attention) and, on the last stage, deferred embedding
+wgrad buffers -- and the non-model terms of ``overhead.py``. Two peaks per stage:
+``allocated_peak_bytes`` (what ``torch.cuda.max_memory_allocated`` reports: everything
+but the terms outside PyTorch's allocator) and ``total_bytes``, the device peak. Gradients made in the backward
 (``parallel.grad_buffer='on_backward'``) are counted with the activations at the
 schedule step where their sum peaks (``inflight.peak_with_gradients``). The report
 never raises for a layout that does not fit: ``fits`` says so. All byte counts are
@@ -165,10 +168,13 @@ def _report(spec: RunSpec, options: MemoryOptions) -> MemoryReport:
 
 def _stack_note(spec: RunSpec) -> str:
     if not uses_te(spec):
-        return ("layers: megatron-core local spec (train.te=false)" + (
+        return ("layers: megatron-core local spec (train.te=false), "
+                f"{'unfused' if spec.train.attention_backend == 'unfused' else 'fused'} "
+                "attention" + (
             "; fp8 weights and saved GEMM inputs counted in bf16"
             if spec.train.precision == "fp8" else ""))
-    note = "layers: Transformer Engine spec (train.te=true), fused attention"
+    attention = "fused" if spec.train.attention_backend == "flash" else "unfused"
+    note = f"layers: Transformer Engine spec (train.te=true), {attention} attention"
     if spec.train.precision == "fp8":
         note += ("; fp8 GEMM inputs saved at 1 byte, FP8 weight copies "
                  + ("(fp8_param_gather)" if spec.train.fp8_param_gather
