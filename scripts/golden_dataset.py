@@ -5,7 +5,8 @@ Megatron-LM's CI runs each functional test with the real ``pretrain_gpt.py`` (or
 model_config.yaml`` and records, per iteration, the series of
 ``golden_values_dev_dgx_h100.json``: ``iteration-time`` (seconds, as Megatron-LM's
 training log prints it), ``mem-max-allocated-bytes`` (``torch.cuda.max_memory_allocated``
-on the rank that writes the log: the last one) and others. The node and GPU counts come
+on the rank that writes the log: the last one), ``mem-allocated-bytes`` (allocated when
+the log line is written, after the step) and others. The node and GPU counts come
 from the recipes ``tests/test_utils/recipes/h100/*.yaml`` that list the case for the
 ``dgx_h100`` platform.
 
@@ -14,7 +15,8 @@ no work tree needed) and writes ``tests/data/megatron_golden/h100.json``: per ca
 family, test type, launch script, the argv exactly as the CI's ``_run_training.sh``
 builds it from ``MODEL_ARGS`` (``true`` -> the bare flag, ``[a, b]`` -> ``a b``, empty
 values dropped; ``${VAR}`` placeholders kept), ``ENV_VARS``, nodes and GPUs per node,
-the median iteration time after warmup and the allocated peak.
+the median iteration time after warmup, the allocated peak (its largest value and its
+value at the second logged iteration) and the bytes allocated after the last step.
 
 Usage: python scripts/golden_dataset.py --repo PATH_TO_MEGATRON_LM_GIT [--commit REV]
        [--out tests/data/megatron_golden/h100.json]
@@ -149,6 +151,7 @@ def build(repo: str, rev: str) -> dict:
         golden = json.loads(_show(repo, commit, path) or "{}")
         it_s, n_it = _median_after_warmup(_series(golden, "iteration-time"))
         mem = _series(golden, "mem-max-allocated-bytes")
+        cur = _series(golden, "mem-allocated-bytes")
         tg = targets.get((family, case), [])
         shapes = {(t["nodes"], t["gpus_per_node"]) for t in tg}
         row = {
@@ -162,6 +165,11 @@ def build(repo: str, rev: str) -> dict:
             "median_iteration_time_s": it_s,
             "num_timed_iterations": n_it,
             "mem_max_allocated_bytes": max(x for _, x in mem) if mem else None,
+            # the peak as of the second logged iteration (the optimizer state exists from
+            # the first step on); later growth is data-dependent (MoE routing)
+            "mem_max_allocated_bytes_early": mem[1][1] if len(mem) > 1 else None,
+            # allocated at the last logged iteration's end: the step's persistent bytes
+            "mem_allocated_bytes": cur[-1][1] if cur else None,
             "golden_path": path,
         }
         if len(shapes) == 1:

@@ -2,7 +2,9 @@
 
 Runs every case of ``primus_ext/groundtruth/memory_cases.py`` in two CPU processes (gloo),
 compares with ``primus_ext/groundtruth/memory_compare.py`` and prints a Markdown table;
-``--write`` writes it to docs/memory.md (generated, never edited by hand).
+``--write`` writes it to docs/memory.md (generated, never edited by hand), with the
+published runs' verdicts and the section against Megatron-LM's GPU logs
+(``scripts/golden_memory.py``, which can refresh that section alone).
 
 Usage: python scripts/memory_table.py [--write] [--cases NAME,NAME]
 """
@@ -76,8 +78,22 @@ megatron-core's local spec on `cpu`; `primus_ext.spec.run.uses_te`).
   `primus_ext/memory/inflight.py`; `tests/memory/test_memory_cpu_offload.py`,
   `test_memory_grad_buffer_timing.py`); torchtitan's op-level selective
   checkpointing (`primus_ext/memory/sac_op.py`, from torchtitan's policy).
-- Priors, not measured: CUDA context, workspaces, NCCL buffers, allocator
-  fragmentation (`primus_ext/memory/options.py`).
+- **Source-derived, GPU paths** (`tests/memory/test_memory_gpu_paths.py`, each against
+  a hand count from the function named): TE's `UnfusedDotProductAttention` and
+  megatron-core's local `DotProductAttention` with the fused scale-mask-softmax kernel
+  (2 bytes per score, 5 with dropout; `primus_ext/memory/attn_unfused.py`), the raw
+  scores as a forward working set; the loss's transient per cross-entropy
+  implementation (eager, the compiled native fusion, TE <= 2.17 / >= 2.18;
+  `primus_ext/memory/head.py`); fine-grained offloading by offload group with
+  megatron-core's 1M-element minimum; `--defer-embedding-wgrad-compute`; TE's cached
+  dummy weight gradients; PyTorch's and TE's GEMM workspaces from their sources and the
+  hardware preset (`primus_ext/memory/overhead.py`).
+- **Allocated peak and device peak**: `allocated_peak_bytes` is what
+  `torch.cuda.max_memory_allocated` (Megatron-LM's `mem-max-allocated-bytes`) reports;
+  the device peak (`total_bytes`) adds the terms outside PyTorch's allocator. Against
+  Megatron-LM's own GPU logs: the last section of this page.
+- Priors, not measured: CUDA context, NCCL buffers, allocator fragmentation
+  (`primus_ext/memory/options.py`), the terms outside the allocator.
 
 """
 
@@ -251,6 +267,8 @@ def main() -> None:
     text += body
     text += fused_attention_table()
     text += published_verdicts()
+    from golden_memory import section  # the golden section, kept in the page
+    text += "\n" + section()
     print(text)
     print(f"({elapsed:.0f} s)")
     if args.write:

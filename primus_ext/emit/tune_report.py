@@ -26,6 +26,26 @@ def _gib(metrics: dict) -> str:
     return f"{metrics['peak_memory_bytes'] / _GIB:.1f}"
 
 
+def _alloc_gib(metrics: dict) -> str:
+    v = metrics.get("allocated_peak_bytes")
+    return "-" if v is None else f"{v / _GIB:.1f}"
+
+
+def _memory(spec) -> list[str]:
+    """The winner's memory per stage, allocated peak beside device peak, terms named."""
+    from primus_ext.emit.memory_rows import stage_lines, stage_table
+    from primus_ext.memory.report import memory_report
+    rep = memory_report(spec)
+    header, rows = stage_table(rep)
+    return (["## Winner's memory per stage (GiB)", "",
+             "Allocated peak: what `torch.cuda.max_memory_allocated` (Megatron-LM's "
+             "`mem-max-allocated-bytes`) reports on a rank of the stage; device peak: "
+             "that plus the CUDA context, NCCL buffers and allocator fragmentation, "
+             "outside PyTorch's allocator.", ""]
+            + _table(header, rows) + [""] + [f"- {line}" for line in stage_lines(rep)]
+            + [""])
+
+
 def _table(header: list[str], rows: list[list]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(_f(c) if not isinstance(c, str) else c for c in r) + " |"
@@ -93,7 +113,8 @@ def render_report(result, overrides: list[str]) -> str:
                 ["model TFLOP/s/GPU", f"{cm['tflops_per_gpu']:.0f}",
                  f"{bm['tflops_per_gpu']:.0f}"],
                 ["MFU", f"{cm['mfu']:.1%}", f"{bm['mfu']:.1%}"],
-                ["peak memory (GiB)", _gib(cm), _gib(bm)]]
+                ["peak memory (GiB)", _gib(cm), _gib(bm)],
+                ["  allocated peak (GiB)", _alloc_gib(cm), _alloc_gib(bm)]]
         rows += [[f"  {k[:-2].replace('_', ' ')} (s)", cm["breakdown"].get(k, 0.0),
                   bm["breakdown"].get(k, 0.0)] for k in _PARTS]
         L += _table(["", f"baseline: {describe(cmp_trial.point)}",
@@ -105,6 +126,7 @@ def render_report(result, overrides: list[str]) -> str:
               "component on the critical pipeline stage:"]
         L += _why(cm, bm) or ["- no difference: the baseline is the winner"]
         L.append("")
+    L += _memory(spec)
     L += _reference(r)
     L += [f"## Top {s.top_k}", ""]
     rows = []

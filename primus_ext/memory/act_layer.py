@@ -10,10 +10,11 @@ norm statistics in fp32, dropout masks as bool (1 byte), index tensors int64.
 
 ``attention_backend``:
 
-- ``unfused``: megatron-core's local ``DotProductAttention``: baddbmm scores, torch
-  softmax (fp32 with ``attention_softmax_in_fp32``), dropout, bmm; the bool causal mask
-  is rebuilt and saved in every layer (mcore 0.16 ``get_default_causal_mask``); K and V
-  are expanded to all heads with ``repeat_interleave`` under GQA;
+- ``unfused``: megatron-core's local ``DotProductAttention`` (TE's
+  ``UnfusedDotProductAttention`` on the TE stack, ``te_layer.py``): baddbmm scores,
+  scale-mask-softmax, dropout, bmm; the s x s tensors it saves (fused softmax kernel on a
+  GPU, torch softmax on a CPU) are ``attn_unfused.py``'s; K and V are expanded to all
+  heads with ``repeat_interleave`` under GQA;
 - ``flash``: fused attention as on GPUs (TE / cuDNN / flash-attn): Q, K, V, the output
   and the softmax log-sum-exp (fp32, one per query and head) are saved; no s^2 terms,
   no mask, dropout regenerated from the RNG state.
@@ -23,34 +24,12 @@ parallelism (norms, dropout and residual tensors are split over TP), ``n`` elsew
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from primus_ext.memory.attn_unfused import score_items
+from primus_ext.memory.dims import Dims, Items
 from primus_ext.memory.options import MemoryOptions
 from primus_ext.spec.model import ModelSpec
 from primus_ext.spec.parallel import ParallelSpec
 from primus_ext.spec.train import TrainSpec
-
-Items = dict[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class Dims:
-    b: int  # micro batch size
-    s: int  # sequence length on this rank (seq_length / cp)
-    n: int  # tokens on this rank
-    n_sp: int  # tokens of norm/dropout/residual tensors (n / tp under SP)
-    tp: int
-    e: int  # bytes per activation element
-    flash: bool
-
-    @staticmethod
-    def of(par: ParallelSpec, train: TrainSpec) -> "Dims":
-        s = train.seq_length // par.cp
-        n = train.micro_batch_size * s
-        return Dims(b=train.micro_batch_size, s=s, n=n,
-                    n_sp=n // par.tp if par.sequence_parallel else n, tp=par.tp,
-                    e=4 if train.precision == "fp32" else 2,
-                    flash=train.attention_backend == "flash")
 
 
 def norm_items(model: ModelSpec, d: Dims, name: str, rows: int, width: int) -> Items:
@@ -88,7 +67,7 @@ def attention_items(model: ModelSpec, train: TrainSpec, d: Dims) -> Items:
         it["softmax_lse"] = d.b * a * d.s * 4
     else:
         it |= _unfused_core(model, train, d, a, g, hd, qkv, rope, gqa)
-    if rope and not d.flash:
+    if rope and not d.flash and not d.te:
         # mcore's unfused RoPE saves cos and sin of the positions for q and for k.
         it["rope.cos_sin"] = 4 * d.s * (model.head_dim) * e
     it["proj.input"] = n * a * hd * e
@@ -123,15 +102,7 @@ def _unfused_core(model: ModelSpec, train: TrainSpec, d: Dims, a: int, g: int, h
             it["q.saved"] = head
         if new_k:
             it["k.saved"] = head
-    scores = b * a * s * s
-    soft = 4 if train.attention_softmax_in_fp32 else e
-    it["softmax.output"] = scores * soft
-    if model.attention_dropout > 0:
-        it["attn_dropout.mask"] = scores
-        it["attn_dropout.output"] = scores * e  # bmm input
-    elif soft != e:
-        it["softmax.cast"] = scores * e  # the fp32 probabilities cast back for bmm
-    it["causal_mask"] = s * s  # bool, rebuilt per layer (mcore 0.16)
+    it |= score_items(model, train, d, a)
     return it
 
 
@@ -153,16 +124,9 @@ def mla_items(model: ModelSpec, train: TrainSpec, d: Dims) -> Items:
     if d.flash:
         it["softmax_lse"] = d.b * heads * d.s * 4
     else:
-        scores = d.b * heads * d.s * d.s
-        soft = 4 if train.attention_softmax_in_fp32 else e
-        it["softmax.output"] = scores * soft
-        if model.attention_dropout > 0:
-            it["attn_dropout.mask"] = scores
-            it["attn_dropout.output"] = scores * e
-        elif soft != e:
-            it["softmax.cast"] = scores * e
-        it["causal_mask"] = d.s * d.s
-        it["rope.cos_sin"] = 4 * d.s * pe * e
+        it |= score_items(model, train, d, heads)
+        if not d.te:
+            it["rope.cos_sin"] = 4 * d.s * pe * e  # mcore's unfused RoPE: cos, sin
     it["proj.input"] = n * heads * v * e
     it["proj.dropout_mask"] = _dropout_mask(d.n_sp, h, model.hidden_dropout)
     return it
@@ -224,9 +188,12 @@ def moe_items(model: ModelSpec, par: ParallelSpec, d: Dims, options: MemoryOptio
     it["experts.probs"] = t_e * e  # per-assignment probs for the weighted activation
     ffn = model.expert_ffn_size // par.expert_tp
     it |= ffn_items(model, d, "experts", t_e, ffn, options)
-    if not options.bias_activation_fusion:
+    if not (options.bias_activation_fusion and model.gated):
         # Unfused, the routing probs multiply the activation output as a separate op,
-        # whose output is fc2's input.
+        # whose output is fc2's input. Only the gated activations have a fused kernel
+        # with the probs (weighted_bias_swiglu_impl / weighted_bias_quick_geglu_impl,
+        # megatron/core/transformer/mlp.py MLP.forward and moe/experts.py bias_act_func);
+        # GeLU / ReLU experts always run activation, multiply and cast as three ops.
         it["experts.scaled_output"] = t_e * ffn * e
     if model.moe_shared_expert_intermediate_size:
         it |= ffn_items(model, d, "shared", d.n,

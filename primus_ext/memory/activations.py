@@ -13,9 +13,10 @@ Recompute follows megatron-core's TransformerConfig:
   ``recompute_num_layers`` layers of every chunk one by one and keeps the rest whole.
   With RoPE the rotary table (fp32) is a checkpoint argument too, saved once.
 
-``working_bytes`` is what exists only transiently at a microbatch's backward: one
-recompute unit's full activations (rebuilt before its backward) and, on the last stage,
-the compute-dtype logits next to their fp32 copy during the loss.
+``working_bytes`` is what exists only transiently, the larger of two moments: the end
+of a microbatch's forward (on the last stage the loss's transient, ``head.py``; offloaded
+tensors in flight) and a layer's backward (one recompute unit's full activations,
+rebuilt before its backward; context-parallel KV buffers).
 """
 from __future__ import annotations
 
@@ -24,12 +25,14 @@ from functools import lru_cache
 
 from primus_ext.memory.act_layer import (Dims, Items, attention_items, mlp_items,
                                          moe_items, norm_items)
+from primus_ext.memory.attn_unfused import unfused_scores_bytes
+from primus_ext.memory.head import head_items, loss_transient_bytes, te_cross_entropy  # noqa: F401
 from primus_ext.memory.options import MemoryOptions
 from primus_ext.memory.offload import layer_offload_split, offloaded_bytes
 from primus_ext.memory.sac_op import OP_SAC, op_sac_items
 from primus_ext.memory.te_layer import te_cp_working_bytes, te_layer_items
 from primus_ext.spec.layout import pipeline_layout
-from primus_ext.spec.model import ModelSpec, padded_vocab
+from primus_ext.spec.model import ModelSpec
 from primus_ext.spec.parallel import ParallelSpec
 from primus_ext.spec.train import TrainSpec
 
@@ -104,6 +107,16 @@ def layer_bytes(model: ModelSpec, par: ParallelSpec, train: TrainSpec, moe: bool
     return sum(v for _, v in layer_items(model, par, train, moe, options, full))
 
 
+def layer_offloaded_bytes(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
+                          moe: bool, options: MemoryOptions) -> int:
+    """Saved bytes of one decoder layer that fine-grained offloading moves to the host."""
+    if not train.offload_modules:
+        return 0
+    return offloaded_bytes(layer_items(model, par, train, moe, options),
+                           train.offload_modules, Dims.of(par, train).e, bool(train.te),
+                           model.multi_latent_attention, moe)
+
+
 def embedding_items(model: ModelSpec, par: ParallelSpec, train: TrainSpec) -> Items:
     d = Dims.of(par, train)
     # VocabParallelEmbedding: with TP it saves the shifted (masked) ids and the
@@ -115,29 +128,6 @@ def embedding_items(model: ModelSpec, par: ParallelSpec, train: TrainSpec) -> It
         it["embedding.position_ids"] = d.n * 8
     if model.hidden_dropout > 0:
         it["embedding.dropout_mask"] = d.n_sp * model.hidden_size
-    return it
-
-
-def head_items(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
-               final_norm: bool = True) -> Items:
-    """Final norm, output layer input and the vocab-parallel cross entropy."""
-    d = Dims.of(par, train)
-    v = padded_vocab(model.vocab_size, model.make_vocab_size_divisible_by, par.tp) // par.tp
-    it = norm_items(model, d, "final_norm", d.n_sp, model.hidden_size) if final_norm else {}
-    it["output_layer.input"] = d.n_sp * model.hidden_size * d.e
-    if te_cross_entropy(train):
-        # TE CrossEntropyFunction.forward (transformer_engine/pytorch/cross_entropy.py)
-        # saves the logits as they are (the gradient is later written into them), the
-        # target ids and its per-row (m, d, X_y) fp32 statistics.
-        it["loss.logits"] = d.n * v * d.e
-        it["loss.target"] = d.n * 8
-        it["loss.row_stats"] = d.n * 3 * 4
-        return it
-    # _VocabParallelCrossEntropy keeps exp(logits - max) in fp32, the target mask and
-    # the masked target ids.
-    it["loss.exp_logits"] = d.n * v * 4
-    it["loss.target_mask"] = d.n
-    it["loss.masked_target"] = d.n * 8
     return it
 
 
@@ -153,21 +143,18 @@ def mtp_items(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
     it |= norm_items(model, d, "mtp.hnorm", d.n_sp, h)
     it["mtp.eh_proj.input"] = d.n_sp * 2 * h * d.e
     moe = model.is_moe_layer(model.num_layers - 1)
-    it["mtp.layer"] = layer_bytes(model, par, train, moe, options)
-    it |= {f"mtp.{k}": v for k, v in head_items(model, par, train).items()}
+    # The MTP block's decoder layer is a TransformerLayer of the same config: it
+    # offloads what the decoder layers offload (offload.py).
+    it["mtp.layer"] = layer_bytes(model, par, train, moe, options) \
+        - layer_offloaded_bytes(model, par, train, moe, options)
+    it |= {f"mtp.{k}": v for k, v in head_items(model, par, train,
+                                                     options=options).items()}
     # GPTModel's MTP loss: loss_mask * loss keeps the (rolled, fp32) loss mask; the
     # MTPLossAutoScaler keeps the scaled per-token loss and the token count.
     it["mtp.loss.loss_mask"] = d.n * 4
     it["mtp.loss.scaled"] = d.n * 4
     it["mtp.loss.num_tokens"] = 4
     return it
-
-
-def te_cross_entropy(train: TrainSpec) -> bool:
-    """The loss is TE's fused cross entropy (``--cross-entropy-loss-fusion
-    --cross-entropy-fusion-impl te``; megatron-core LanguageModule.
-    compute_language_model_loss calls te_parallel_cross_entropy)."""
-    return train.cross_entropy_loss_fusion and train.cross_entropy_fusion_impl == "te"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -211,46 +198,51 @@ def chunk_activations(model: ModelSpec, par: ParallelSpec, train: TrainSpec, sta
     first = stage == 0 and chunk == 0
     last = stage == par.pp - 1 and chunk == par.vpp - 1
     it: Items = {}
-    working = 0
+    # Transient bytes on top of the saved ones, at the two moments a chunk can peak: the
+    # end of its forward (the loss of the last chunk, offloaded tensors in flight) and a
+    # layer's backward (a recompute unit rebuilt, context-parallel KV buffers).
+    fwd_end = bwd = inflight = 0
     if first:
         it |= embedding_items(model, par, train)
     if train.recompute_granularity == "full":
-        full, working = _full_recompute(model, par, train, layers, options)
+        full, bwd = _full_recompute(model, par, train, layers, options)
         it |= full
     elif train.cpu_offloading_num_layers and layers:
         # offload.py: the first N layers' activations on the host (PP 1: this chunk holds
         # every layer), about one of them in flight.
         per_layer = [layer_bytes(model, par, train, model.is_moe_layer(i), options)
                      for i in layers]
-        it["layers"], working = layer_offload_split(per_layer,
+        it["layers"], fwd_end = layer_offload_split(per_layer,
                                                     train.cpu_offloading_num_layers)
+        bwd = fwd_end
     else:
         it["layers"] = sum(layer_bytes(model, par, train, model.is_moe_layer(i), options)
                            for i in layers)
         if train.offload_modules and layers:
             # offload.py: on the host but for about two layers' (in flight, prefetched).
-            moved = [offloaded_bytes(layer_items(model, par, train, model.is_moe_layer(i),
-                                                 options), train.offload_modules)
-                     for i in layers]
+            moved = [layer_offloaded_bytes(model, par, train, model.is_moe_layer(i),
+                                           options) for i in layers]
             it["layers"] -= sum(moved)
-            working += 2 * max(moved)
+            inflight = 2 * max(moved)
+            fwd_end = bwd = inflight
     if train.recompute_granularity == "selective" and OP_SAC in train.recompute_modules:
         # Op-level SAC recomputes one block at a time in the backward.
-        working = max((layer_bytes(model, par, train, model.is_moe_layer(i), options,
-                                   full=False) for i in layers), default=0)
+        bwd = max((layer_bytes(model, par, train, model.is_moe_layer(i), options,
+                               full=False) for i in layers), default=0)
     if train.te and layers:
         # Context parallelism's ring / gather buffers of one layer's attention backward.
-        working += te_cp_working_bytes(model, par.cp, par.cp_comm_type, Dims.of(par, train))
+        bwd += te_cp_working_bytes(model, par.cp, par.cp_comm_type, Dims.of(par, train))
     if last:
-        it |= head_items(model, par, train)
+        it |= head_items(model, par, train, options=options)
         for k in range(model.mtp_num_layers):
             it |= {f"{name}[{k}]": v
                    for name, v in mtp_items(model, par, train, options).items()}
-        d = Dims.of(par, train)
-        if d.e != 4 and not te_cross_entropy(train):
-            v = padded_vocab(model.vocab_size, model.make_vocab_size_divisible_by,
-                             par.tp) // par.tp
-            working += d.n * v * d.e  # compute-dtype logits beside the fp32 copy
+        fwd_end += loss_transient_bytes(model, par, train, options)  # head.py
+    # Inside a layer's unfused attention forward the raw scores are alive beside the
+    # probabilities the layer saves (attn_unfused.py: baddbmm's output is the softmax's
+    # input, a local of the attention's forward until it returns).
+    attn = inflight + unfused_scores_bytes(model, par, train) if layers else 0
+    working = max(fwd_end, bwd, attn)
     items = tuple((k, v) for k, v in it.items() if v)
     return ChunkActivations(bytes_per_microbatch=sum(v for _, v in items),
                             working_bytes=working, items=items)

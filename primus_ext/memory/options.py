@@ -5,11 +5,12 @@ Two kinds:
 - implementation switches of megatron-core that change what is allocated
   (``grad_reduce_in_fp32``, DDP bucket size and padding, ``bias_activation_fusion``);
   defaults are Megatron-LM's defaults for a bf16 GPU run;
-- memory that is real on a GPU but is not a model tensor: CUDA context, cuBLAS/TE
-  workspaces, NCCL communicator buffers, allocator fragmentation. Their defaults are
-  round, documented priors (measure them once per machine: ``nvidia-smi`` used memory
-  minus ``torch.cuda.memory_reserved()`` after init gives the context; the reserved minus
-  allocated gap at peak gives fragmentation).
+- memory that is real on a GPU but is not a model tensor: CUDA context, NCCL
+  communicator buffers, allocator fragmentation (outside PyTorch's allocator), and the
+  cuBLAS/TE workspaces (inside it, sized from the hardware preset unless overridden).
+  The first three's defaults are round, documented priors (measure them once per
+  machine: ``nvidia-smi`` used memory minus ``torch.cuda.memory_reserved()`` after init
+  gives the context; the reserved minus allocated gap at peak gives fragmentation).
 """
 from __future__ import annotations
 
@@ -50,6 +51,12 @@ class MemoryOptions:
     # (mcore 0.16 local path) also keeps the gate activation and a copy of the linear
     # half: 5 instead of 3 ffn-sized tensors.
     bias_activation_fusion: bool = True
+    # Transformer Engine's fused cross entropy (--cross-entropy-fusion-impl te): False,
+    # TE <= 2.17, writes the input gradient into the logits in place and saves them;
+    # True, TE >= 2.18 (NVIDIA/TransformerEngine#3193, transformer_engine/pytorch/triton/
+    # cross_entropy.py: "Store the input gradient in FP32"), saves a new fp32 gradient
+    # (memory/head.py).
+    te_cross_entropy_fp32_grad: bool = False
 
     # ---- torchtitan implementation switches -----------------------------------------
     # ChunkedLossWrapper num_chunks (torchtitan 0.3.0 components/loss.py, default 8):
@@ -61,9 +68,10 @@ class MemoryOptions:
     # CUDA context, kernels/modules loaded, cuBLAS/cuDNN handles (H100, CUDA 12: about
     # 0.5 GiB outside the PyTorch allocator).
     cuda_context_bytes: int = 512 * MIB
-    # cuBLAS workspace (CUBLAS_WORKSPACE_CONFIG ":4096:8" = 32 MiB on Hopper) plus
-    # Transformer Engine GEMM workspaces.
-    workspace_bytes: int = 64 * MIB
+    # GEMM workspaces in the caching allocator. None: PyTorch's cuBLAS workspaces and
+    # Transformer Engine's, sized by the hardware preset for the run's stack
+    # (memory/overhead.py); an int replaces them all.
+    workspace_bytes: int | None = None
     # NCCL buffers per communicator a rank belongs to (NCCL_BUFFSIZE 4 MiB x send/recv x
     # channels): counted for every parallel group of size > 1 (tp, cp, ep, dp, pp,
     # expert-dp, embedding).
@@ -78,7 +86,7 @@ class MemoryOptions:
             if not 0 <= v < 1:
                 raise ValueError(f"memory.{f}={v} must be in [0, 1)")
         for f in ("cuda_context_bytes", "workspace_bytes", "nccl_bytes_per_communicator"):
-            if getattr(self, f) < 0:
+            if getattr(self, f) is not None and getattr(self, f) < 0:
                 raise ValueError(f"memory.{f}={getattr(self, f)} must be >= 0")
         if self.torchtitan_loss_chunks < 1:
             raise ValueError(f"memory.torchtitan_loss_chunks={self.torchtitan_loss_chunks} "

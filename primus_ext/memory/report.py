@@ -2,8 +2,11 @@
 
 A stage's total is its parameters, gradients and optimizer state (``states.py``), its
 activations -- bytes saved per microbatch (``activations.py``) times the microbatches in
-flight at its peak (``inflight.py``), plus the transient working set of one backward --
-and the non-model terms of ``overhead.py``. Gradients made in the backward
+flight at its peak (``inflight.py``), plus the largest transient working set (the loss,
+a layer's backward or unfused attention) and, on the last stage, deferred embedding
+wgrad buffers -- and the non-model terms of ``overhead.py``. Two peaks per stage:
+``allocated_peak_bytes`` (what ``torch.cuda.max_memory_allocated`` reports: everything
+but the terms outside PyTorch's allocator) and ``total_bytes``, the device peak. Gradients made in the backward
 (``parallel.grad_buffer='on_backward'``) are counted with the activations at the
 schedule step where their sum peaks (``inflight.peak_with_gradients``). The report
 never raises for a layout that does not fit: ``fits`` says so. All byte counts are
@@ -19,17 +22,19 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from primus_ext.memory.activations import chunk_activations
+from primus_ext.memory.head import deferred_wgrad_bytes
 from primus_ext.memory.inflight import (inflight_1f1b, inflight_interleaved,
                                         peak_with_gradients)
 from primus_ext.memory.options import TIGHT_FRACTION, DEFAULT_OPTIONS, MemoryOptions
-from primus_ext.memory.overhead import other_items
+from primus_ext.memory.overhead import device_only_bytes, other_items
 from primus_ext.memory.states import chunk_grad_bytes, grad_bytes_per_element, stage_states
 from primus_ext.spec.run import RunSpec, uses_te
 from primus_ext.spec.train import TrainSpec
 
 STAGE_KEYS = ("stage", "num_params", "param_bytes", "grad_bytes", "optimizer_bytes",
               "activation_bytes_per_microbatch", "num_inflight_microbatches",
-              "activation_bytes", "other_bytes", "total_bytes")
+              "activation_bytes", "other_bytes", "total_bytes", "allocated_peak_bytes",
+              "other")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,12 +49,21 @@ class StageMemory:
     num_inflight_microbatches: int  # microbatches alive at the peak (chunk-mbs / vpp)
     activation_bytes: int  # in-flight saved activations plus one backward's working set
     other_bytes: int
-    total_bytes: int
+    total_bytes: int  # the device peak: allocated peak + the DEVICE_TERMS of ``other``
     inflight_per_chunk: tuple[int, ...] = ()
-    other: tuple[tuple[str, int], ...] = ()  # other_bytes by name
+    other: tuple[tuple[str, int], ...] = ()  # other_bytes by name (overhead.py)
+
+    @property
+    def allocated_peak_bytes(self) -> int:
+        """What ``torch.cuda.max_memory_allocated`` reports on this rank (Megatron-LM's
+        ``mem-max-allocated-bytes``): the device peak less the terms outside PyTorch's
+        caching allocator (CUDA context, NCCL buffers, fragmentation)."""
+        return self.total_bytes - device_only_bytes(dict(self.other))
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in STAGE_KEYS}
+        out = {k: getattr(self, k) for k in STAGE_KEYS}
+        out["other"] = dict(self.other)
+        return out
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -68,38 +82,55 @@ class MemoryReport:
 
 
 def resolved_train(spec: RunSpec):
-    """``spec.train`` with ``te`` resolved (None -> ``uses_te``), so the cached pieces see
-    which layer stack they model."""
+    """``spec.train`` with ``te`` (None -> ``uses_te``) and ``masked_softmax_fusion``
+    (None -> on unless the hardware is the ``cpu`` preset, whose torch path has no fused
+    kernel) resolved, so the cached pieces see which kernels they model."""
+    t = spec.train
     te = uses_te(spec)
-    return spec.train if spec.train.te is te else dataclasses.replace(spec.train, te=te)
+    fused = t.masked_softmax_fusion
+    if fused is None:
+        fused = spec.cluster.hardware.name != "cpu"
+    if t.te is te and t.masked_softmax_fusion is fused:
+        return t
+    return dataclasses.replace(t, te=te, masked_softmax_fusion=fused)
 
 
 def _stage(spec: RunSpec, stage: int, options: MemoryOptions,
            train: TrainSpec) -> StageMemory:
     model, par = spec.model, spec.parallel
-    dp = spec.dp * par.cp
-    expert_dp = max(spec.expert_dp, 1)
+    # The DDP buffers and optimizer shards span one distributed-optimizer instance
+    # (distributed_data_parallel.py: intra_dp_cp_group / intra_expt_dp_group).
+    inst = par.num_distributed_optimizer_instances
+    dp = max(spec.dp * par.cp // inst, 1)
+    expert_dp = max(spec.expert_dp // inst, 1)
     st = stage_states(model, par, train, stage, dp, expert_dp, options,
                       spec.cluster.hardware.fp8_non_tn_gemm)
     chunks = [chunk_activations(model, par, train, stage, c, options)
               for c in range(par.vpp)]
     per_mb = [c.bytes_per_microbatch for c in chunks]
     m = spec.num_microbatches
+    # Interleaving with m % pp != 0 runs as one microbatch group (megatron-core rejects a
+    # short last group; --microbatch-group-size-per-virtual-pipeline-stage m, as
+    # project/estimate.py schedules it and flags.py writes it).
+    group = m if par.vpp > 1 and m % par.pp else None
     grad_bytes = st.grad_bytes
     if par.grad_buffer == "on_backward":
         # Unsharded gradients exist from a chunk's first backward to its last: the peak
         # is stepped over the schedule with them; the reduce-scattered fp32 shard stays.
         per_chunk = chunk_grad_bytes(model, par, train, stage, dp, expert_dp, options)
         alive, lazy = peak_with_gradients(par.pp, par.vpp, stage, m, tuple(per_mb),
-                                          per_chunk)
+                                          per_chunk, group)
         grad_bytes = st.optimizer_elements * grad_bytes_per_element(train, options,
                                                                     par) + lazy
     elif par.vpp == 1:
         alive = (inflight_1f1b(par.pp, stage, m),)
     else:
-        alive = inflight_interleaved(par.pp, par.vpp, stage, m, tuple(per_mb))
+        alive = inflight_interleaved(par.pp, par.vpp, stage, m, tuple(per_mb), group)
     act = sum(a * b for a, b in zip(alive, per_mb)) + max(c.working_bytes for c in chunks)
-    other = other_items(model, par, train, dp, expert_dp, act, options)
+    if stage == par.pp - 1:
+        act += deferred_wgrad_bytes(model, par, train, m)  # head.py
+    other = other_items(model, par, train, dp, expert_dp, act, options,
+                        spec.cluster.hardware, stage)
     other_bytes = sum(other.values())
     return StageMemory(
         stage=stage, num_params=st.num_params, num_expert_params=st.num_expert_params,
@@ -137,10 +168,13 @@ def _report(spec: RunSpec, options: MemoryOptions) -> MemoryReport:
 
 def _stack_note(spec: RunSpec) -> str:
     if not uses_te(spec):
-        return ("layers: megatron-core local spec (train.te=false)" + (
+        return ("layers: megatron-core local spec (train.te=false), "
+                f"{'unfused' if spec.train.attention_backend == 'unfused' else 'fused'} "
+                "attention" + (
             "; fp8 weights and saved GEMM inputs counted in bf16"
             if spec.train.precision == "fp8" else ""))
-    note = "layers: Transformer Engine spec (train.te=true), fused attention"
+    attention = "fused" if spec.train.attention_backend == "flash" else "unfused"
+    note = f"layers: Transformer Engine spec (train.te=true), {attention} attention"
     if spec.train.precision == "fp8":
         note += ("; fp8 GEMM inputs saved at 1 byte, FP8 weight copies "
                  + ("(fp8_param_gather)" if spec.train.fp8_param_gather

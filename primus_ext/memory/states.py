@@ -50,6 +50,14 @@ def optimizer_bytes_per_element(train: TrainSpec) -> int:
     return state + master
 
 
+def is_local_spec(train: TrainSpec) -> bool:
+    """megatron-core's local layer spec (``train.te`` False once resolved); an unresolved
+    ``te`` reads the unfused attention as the local spec's."""
+    if train.te is None:
+        return train.attention_backend == "unfused"
+    return not train.te
+
+
 def grad_bytes_per_element(train: TrainSpec, options: MemoryOptions,
                            par: ParallelSpec | None = None) -> int:
     fp32 = options.grad_reduce_in_fp32
@@ -64,7 +72,7 @@ def chunk_grad_bytes(model: ModelSpec, par: ParallelSpec, train: TrainSpec, stag
                      dp: int, expert_dp: int, options: MemoryOptions) -> tuple[int, ...]:
     """Unsharded gradient bytes of each model chunk of a stage (its DDP buffers' size),
     for gradients allocated at a chunk's first backward (``grad_buffer='on_backward'``)."""
-    local_spec = train.attention_backend == "unfused"
+    local_spec = is_local_spec(train)
     gbytes = grad_bytes_per_element(train, options, par)
     out = []
     for chunk in range(par.vpp):
@@ -116,7 +124,7 @@ def stage_states(model: ModelSpec, par: ParallelSpec, train: TrainSpec, stage: i
     ``dp`` is the dense gradient group (data x context parallel), ``expert_dp`` the expert
     one. With the distributed optimizer the largest shard over the DP ranks is taken.
     With ``train.te`` and FP8, TE's FP8 weight copies (``te_states.py``) are added."""
-    local_spec = train.attention_backend == "unfused"
+    local_spec = is_local_spec(train)
     sp = stage_params(model, par, stage, local_spec)
     pbytes = train.param_bytes
     gbytes = grad_bytes_per_element(train, options, par)

@@ -30,6 +30,8 @@ What TE keeps for backward (NVIDIA/TransformerEngine, transformer_engine/pytorch
   layouts) and keep all of it alive.
 - In FP8 with delayed scaling the attention output is saved twice: bf16 by
   FusedAttnFunc, FP8 by the output projection's Linear (other recipes: once, below).
+- ``--attention-backend unfused``: ``UnfusedDotProductAttention`` (``_te_unfused_qkv``
+  and ``attn_unfused.py``).
 
 Megatron-core's own ops keep their local-spec bytes: ``bias_swiglu_impl`` saves the fc1
 output (compute dtype: ``activation_func_fp8_input_store`` is off by default), the
@@ -63,8 +65,8 @@ def fp8_saved_bytes(elements: int, recipe: str) -> int:
 def te_layer_items(model: ModelSpec, train: TrainSpec, d: Dims, items: Items) -> Items:
     """The TE stack's saved bytes of one layer, from its local-spec ``items``."""
     it = dict(items)
-    if d.flash and not model.multi_latent_attention:
-        it = _te_attention(model, d, it)
+    if not model.multi_latent_attention:
+        it = _te_attention(model, d, it) if d.flash else _te_unfused_qkv(model, d, it)
     if train.precision != "fp8":
         return it
     e = d.e
@@ -75,7 +77,7 @@ def te_layer_items(model: ModelSpec, train: TrainSpec, d: Dims, items: Items) ->
     # so no FP8 copy is kept. With delayed scaling both copies live.
     original = train.fp8_recipe != "delayed"
     for name in _GEMM_INPUTS:
-        if name in it and not (original and name == "proj.input" and d.flash):
+        if name in it and not (original and name == "proj.input"):
             it[name] = fp8_saved_bytes(it[name] // e, train.fp8_recipe)
     if "proj.input" in it and d.flash and not original:
         # FusedAttnFunc keeps its bf16 output besides the projection's FP8 copy.
@@ -108,6 +110,36 @@ def _te_attention(model: ModelSpec, d: Dims, it: Items) -> Items:
         if a != g:
             # megatron-core reshapes the query heads out of the grouped view: a copy.
             it["q.saved"] = n * a * hd * e
+    return it
+
+
+def _te_unfused_qkv(model: ModelSpec, d: Dims, it: Items) -> Items:
+    """Q, K, V as TE's ``UnfusedDotProductAttention`` saves them (the s x s terms come
+    from ``attn_unfused.py`` via the local items): ``DotProductAttention.forward`` runs
+    ``get_qkv_layout`` for every backend, so q, k, v arrive as for the fused one
+    (``_te_attention``); ``baddbmm`` then saves q and k, ``bmm`` saves v, and under GQA
+    K and V are ``repeat_interleave``'d to all heads first (backends.py ``_forward``), the
+    expanded copies being what is saved."""
+    hd, e, n = model.head_dim, d.e, d.n
+    a, g = model.num_attention_heads // d.tp, model.num_groups // d.tp
+    for k in ("qkv.output", "q.saved", "k.saved", "k.repeated", "v.repeated", "q.rotated",
+              "k.rotated"):
+        it.pop(k, None)
+    gqa = a != g
+    if model.position_embedding_type == "rope" or model.qk_layernorm:
+        it["q.rotated"] = n * a * hd * e
+        if model.qk_layernorm:
+            it["qkv.output"] = n * (a + 2 * g) * hd * e  # the q/k norms' saved inputs
+        if gqa:
+            it["k.repeated"] = it["v.repeated"] = n * a * hd * e
+        else:
+            it["k.rotated"] = n * g * hd * e
+            it["v.contiguous"] = n * g * hd * e
+    elif gqa:
+        it["q.saved"] = n * a * hd * e  # megatron-core's reshape of the grouped query
+        it["k.repeated"] = it["v.repeated"] = n * a * hd * e
+    else:
+        it["qkv.output"] = n * (a + 2 * g) * hd * e  # q, k, v views keep it alive
     return it
 
 

@@ -195,7 +195,8 @@ def _stage(spec: RunSpec, stage: int, options: MemoryOptions) -> StageMemory:
     opt_bytes = (shard * ADAMW_BYTES + 4 * num_tensors if train.optimizer == "adam"
                  else shard * 4)
     expert_dp = fsdp_sizes(spec)[1]
-    other = other_items(model, par, train, spec.dp, expert_dp, act, options)
+    other = other_items(model, par, replace(train, te=False), spec.dp,
+                        expert_dp, act, options, spec.cluster.hardware)
     other.pop("global_memory_buffer", None)  # megatron-core's, not torchtitan's
     other_bytes = sum(other.values())
     return StageMemory(

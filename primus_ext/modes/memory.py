@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from primus_ext.config import spec_and_notes
 from primus_ext.emit.console import gib, print_json, print_table
+from primus_ext.emit.memory_rows import stage_lines
 from primus_ext.memory.fit_ladder import cheapest_fit
 from primus_ext.memory.report import memory_report
 
@@ -28,13 +29,18 @@ def run(cfg) -> dict:
     rows = [(s.stage, s.num_params, gib(s.param_bytes), gib(s.grad_bytes),
              gib(s.optimizer_bytes), gib(s.activation_bytes_per_microbatch),
              s.num_inflight_microbatches, gib(s.activation_bytes), gib(s.other_bytes),
-             gib(s.total_bytes)) for s in report.stages]
+             gib(s.allocated_peak_bytes), gib(s.total_bytes)) for s in report.stages]
     print_table(f"{spec.model.name}: memory per GPU by pipeline stage (GiB)",
                 ["stage", "params", "weights", "grads", "optimizer", "act/mb",
-                 "in-flight mb", "activations", "other", "total"], rows,
+                 "in-flight mb", "activations", "other", "allocated", "device"], rows,
                 caption=f"peak {gib(report.peak_bytes):.2f} GiB of "
                         f"{gib(report.device_bytes):.2f} GiB: "
-                        f"{'fits' if report.fits else 'DOES NOT FIT'}")
+                        f"{'fits' if report.fits else 'DOES NOT FIT'}; allocated = what "
+                        "torch.cuda.max_memory_allocated (Megatron-LM's "
+                        "mem-max-allocated-bytes) reports, device = allocated + CUDA "
+                        "context, NCCL buffers, fragmentation")
+    for line in stage_lines(report):
+        print(f"  {line}")
     for note in out["notes"]:
         print(f"note: {note}")
     if out.get("suggestion"):

@@ -63,6 +63,7 @@ from primus_ext.project.optimizer import optimizer_step_s
 from primus_ext.compute.rank_params import chunk_param_counts, stage_param_counts
 from primus_ext.memory.grad_buffer import chunk_buffers
 from primus_ext.spec import RunSpec
+from primus_ext.spec.run import uses_te
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +138,7 @@ def _chunk_syncs(spec: RunSpec, chunks, fn, first_bucketed: bool = True,
         if not all_bucketed and first_bucketed and c == 0 and spec.parallel.overlap_grad_reduce:
             lay = chunk_buffers(spec.model, spec.parallel, stage, c,
                                 spec.dp * spec.parallel.cp, spec.expert_dp,
-                                local_spec=spec.train.attention_backend == "unfused")
+                                local_spec=not uses_te(spec))
             b = _layout_buckets(spec, lay.dense, fn, False, forward) if d > 0 else []
             if e > 0:
                 b = sorted(b + _layout_buckets(spec, lay.expert, fn, True, forward))

@@ -33,6 +33,8 @@ class GoldenCase:
     gpus_per_node: int
     iteration_time_s: float | None  # median after warmup, as Megatron-LM logs it
     mem_max_allocated_bytes: float | None  # last rank's torch allocated peak
+    mem_max_allocated_bytes_early: float | None = None  # the same at the 2nd logged step
+    mem_allocated_bytes: float | None = None  # allocated after the last logged step
     launch: object | None  # LaunchArgs, None when the reader refused the line
     error: str | None  # the reader's reason when it refused
 
@@ -84,6 +86,9 @@ def read_golden(path: str | Path | None = None, *, timed_only: bool = False
                           gpus_per_node=c["gpus_per_node"],
                           iteration_time_s=c.get("median_iteration_time_s"),
                           mem_max_allocated_bytes=c.get("mem_max_allocated_bytes"),
+                          mem_max_allocated_bytes_early=c.get(
+                              "mem_max_allocated_bytes_early"),
+                          mem_allocated_bytes=c.get("mem_allocated_bytes"),
                           launch=None, error=None)
         launch, error = _parse(case.target_argv)
         out.append(GoldenCase(**{**{f: getattr(case, f) for f in GoldenCase.__slots__},

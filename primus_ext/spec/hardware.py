@@ -119,6 +119,15 @@ class HardwareSpec:
     step_host_s: float = 5e-3
     host_clock: bool = True
     tdp_w: float | None = None
+    # GEMM workspaces held in PyTorch's caching allocator (memory/overhead.py), bytes:
+    # PyTorch's cuBLAS workspace per (handle, stream) (aten/src/ATen/cuda/
+    # CublasHandlePool.cpp parseChosenWorkspaceSize: 32 MiB on sm90, 8 MiB + 128 KiB on
+    # other CUDA GPUs, 32 MiB on ROCm and 128 MiB on gfx94x/gfx95x; CUBLAS_WORKSPACE_CONFIG
+    # ":4096:8" is 32 MiB too) and Transformer Engine's GEMM workspace (transformer_engine/
+    # pytorch/cpp_extensions/gemm.py get_cublas_workspace_size_bytes: 32 MiB + 1 KiB at
+    # compute capability >= 9, else 4 MiB). 0 on a CPU.
+    cublas_workspace_bytes: int = 0
+    te_workspace_bytes: int = 0
     # Presets of the same silicon at the same power (H100 / H200 / H800 SXM at 700 W) share
     # fitted efficiency constants: a preset without measured rows of its own takes those
     # of a fitted member of its family (project/fit.py). None: no sharing.
@@ -145,6 +154,8 @@ class HardwareSpec:
         positive(_OWNER, "gemm_tile", self.gemm_tile)
         positive(_OWNER, "gemm_tile_n", self.gemm_tile_n)
         non_negative(_OWNER, "sm_count", self.sm_count)
+        non_negative(_OWNER, "cublas_workspace_bytes", self.cublas_workspace_bytes)
+        non_negative(_OWNER, "te_workspace_bytes", self.te_workspace_bytes)
         for f in ("attention_half_head_dim", "attention_half_keys", "attention_half_tiles",
                   "scale_up_half_bytes", "scale_out_half_bytes"):
             v = getattr(self, f)

@@ -68,6 +68,12 @@ class ParallelSpec:
     # NeMo 2.0's MegatronCommOverlapCallback and Megatron-Bridge's CommOverlapConfig set
     # 128 * 1024 * 1024 when dp > 1.
     ddp_bucket_params: int | None = None
+    # DistributedDataParallelConfig.num_distributed_optimizer_instances (Megatron-LM
+    # --num-distributed-optimizer-instances): the distributed optimizer shards its state
+    # and the DDP buffers over dp / instances ranks (the intra-instance group of
+    # distributed_data_parallel.py) and all-reduces across the instances; Megatron-FSDP
+    # shards within an instance (HSDP, fsdp/mcore_fsdp_adapter.py).
+    num_distributed_optimizer_instances: int = 1
     # DistributedDataParallelConfig.align_param_gather: with the interleaved schedule every
     # model chunk's parameter all-gathers are dispatched together, ahead of the chunk
     # (schedules.py forward_backward_pipelining_with_interleaving param_sync_func), instead
@@ -135,6 +141,15 @@ class ParallelSpec:
             positive(_OWNER, "etp", self.etp)
         if self.ddp_bucket_params is not None:
             positive(_OWNER, "ddp_bucket_params", self.ddp_bucket_params)
+        positive(_OWNER, "num_distributed_optimizer_instances",
+                 self.num_distributed_optimizer_instances)
+        if self.num_distributed_optimizer_instances > 1 and not (
+                self.use_distributed_optimizer or self.fsdp):
+            raise ValueError(f"parallel.num_distributed_optimizer_instances="
+                             f"{self.num_distributed_optimizer_instances} requires "
+                             "use_distributed_optimizer=True or fsdp=True (megatron-core: "
+                             "'Partial DistOpt cannot be used without DistOpt'; Megatron-"
+                             "FSDP shards within an instance: HSDP)")
         one_of(_OWNER, "schedule", self.schedule, SCHEDULES)
         one_of(_OWNER, "cp_comm_type", self.cp_comm_type, ("p2p", "a2a", "allgather"))
         one_of(_OWNER, "grad_buffer", self.grad_buffer, GRAD_BUFFERS)

@@ -120,6 +120,27 @@ class TrainSpec:
     log_params_norm: bool = False
     log_num_zeros_in_grad: bool = False
     cuda_graph_scope: tuple[str, ...] = ()
+    # TransformerConfig.gradient_accumulation_fusion (Megatron-LM
+    # --no-gradient-accumulation-fusion turns it off; torch FSDP2 requires it off, and
+    # the field is not read under parallel.fsdp): weight
+    # gradients accumulate straight into the fp32 main_grad, and the autograd-visible
+    # wgrad is a dummy that Transformer Engine caches once per weight shape
+    # (transformer_engine/pytorch/module/base.py get_dummy_wgrad; memory/overhead.py).
+    gradient_accumulation_fusion: bool = True
+    # --defer-embedding-wgrad-compute with --wgrad-deferral-limit (megatron-core
+    # ModelParallelConfig; 0 = every microbatch): the last stage keeps the output
+    # layer's gradient output and input of up to that many microbatches and computes the
+    # weight gradient in the pipeline flush (tensor_parallel/layers.py
+    # LinearWithGradAccumulationAndAsyncCommunication.backward, schedules.py
+    # finish_embedding_wgrad_compute).
+    defer_embedding_wgrad_compute: bool = False
+    wgrad_deferral_limit: int = 0
+    # TransformerConfig.masked_softmax_fusion (Megatron-LM --no-masked-softmax-fusion
+    # turns it off): the unfused attention's scale-mask-softmax as one CUDA kernel that
+    # saves its output in the input dtype (megatron/core/fusions/fused_softmax.py,
+    # TE attention/dot_product_attention/softmax.py). None: on GPU presets, off on `cpu`
+    # (the kernels are CUDA only); resolved by memory/report.py like ``te``.
+    masked_softmax_fusion: bool | None = None
 
     def __post_init__(self) -> None:
         check_types(self, _OWNER)
@@ -148,6 +169,14 @@ class TrainSpec:
                 "train.main_grads_dtype / exp_avg_dtype / exp_avg_sq_dtype other than fp32 "
                 "need train.use_precision_aware_optimizer=true (as Megatron-LM requires "
                 "--use-precision-aware-optimizer for them)")
+        if self.defer_embedding_wgrad_compute and not self.gradient_accumulation_fusion:
+            raise ValueError("train.defer_embedding_wgrad_compute=True needs "
+                             "gradient_accumulation_fusion=True (megatron-core: 'Cannot "
+                             "defer embedding wgrad compute when gradient accumulation "
+                             "fusion is not used')")
+        if isinstance(self.wgrad_deferral_limit, bool) or self.wgrad_deferral_limit < 0:
+            raise ValueError(f"train.wgrad_deferral_limit={self.wgrad_deferral_limit!r} "
+                             "must be an int >= 0 (0: every microbatch)")
         if self.fp8_param_gather and self.precision != "fp8":
             raise ValueError(f"train.fp8_param_gather=True needs train.precision='fp8' "
                              f"(it is {self.precision!r})")

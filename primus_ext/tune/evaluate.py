@@ -61,6 +61,10 @@ def compact_estimate(est, spec: RunSpec, peak_bytes: int, device_bytes: int) -> 
             "tokens_per_s": est.tokens_per_s_per_gpu * spec.world_size,
             "tflops_per_gpu": est.tflops_per_gpu, "mfu": est.mfu,
             "peak_memory_bytes": peak_bytes, "device_bytes": device_bytes,
+            # torch.cuda.max_memory_allocated of the worst stage (memory/report.py)
+            "allocated_peak_bytes": max((s.allocated_peak_bytes
+                                         for s in getattr(est.memory, "stages", ())),
+                                        default=None),
             "breakdown": dict(est.breakdown), "num_microbatches": est.num_microbatches,
             "schedule": est.schedule, "critical_stage": est.critical_stage,
             "world_size": spec.world_size, "hardware": spec.cluster.hardware.name,

@@ -19,6 +19,23 @@ from primus_ext.presets import hardware_preset
 from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec
 
 
+def _moe_impl(draw) -> dict:
+    """The MoE kernel and module choices a launch line states."""
+    terms = draw(st.sets(st.sampled_from(("aux_loss", "z_loss", "input_jitter",
+                                          "topk_scaling", "padding",
+                                          "per_layer_logging"))))
+    if draw(st.booleans()):
+        terms |= {"sigmoid", "expert_bias"} if draw(st.booleans()) else {"sigmoid"}
+    balancing = draw(st.sampled_from(("aux_loss", "seq_aux_loss", "global_aux_loss",
+                                      "sinkhorn")))
+    if balancing == "sinkhorn":
+        terms.discard("aux_loss")
+    return dict(moe_grouped_gemm=draw(st.booleans()),
+                moe_permute_fusion=draw(st.booleans()),
+                moe_router_fusion=draw(st.booleans()),
+                moe_router_load_balancing_type=balancing, moe_router_terms=tuple(terms))
+
+
 @st.composite
 def _model(draw) -> ModelSpec:
     heads = draw(st.sampled_from((4, 8, 16)))
@@ -44,18 +61,24 @@ def _model(draw) -> ModelSpec:
                   kv_lora_rank=32, qk_head_dim=16, qk_pos_emb_head_dim=8, v_head_dim=16,
                   mtp_num_layers=draw(st.sampled_from((0, 1))))
     groups = draw(st.sampled_from((None, heads // 2, heads)))
+    activation = draw(st.sampled_from(("swiglu", "gelu", "squared_relu", "quick_geglu")))
+    ffn = draw(st.sampled_from((None, 96, 256)))
+    if ffn is None and activation == "swiglu":
+        # Megatron-LM's default FFN width with --swiglu is 2/3 of 4 x hidden: a SwiGLU
+        # spec at 4 x hidden is written (and read back) with --ffn-hidden-size.
+        ffn = 4 * heads * head_dim
     window = draw(st.sampled_from((None, 64)))
     every = draw(st.sampled_from((1, 2))) if window else 1
     return ModelSpec(
         name="m", num_layers=draw(st.sampled_from((4, 6, 8, 12))),
         hidden_size=heads * head_dim, num_attention_heads=heads,
-        ffn_hidden_size=draw(st.sampled_from((None, 96, 256))), num_query_groups=groups,
+        ffn_hidden_size=ffn, num_query_groups=groups,
         kv_channels=draw(st.sampled_from((None, head_dim))),
         vocab_size=draw(st.integers(1000, 70000)),
         make_vocab_size_divisible_by=draw(st.sampled_from((1, 64, 128))),
         max_position_embeddings=draw(st.sampled_from((256, 1024))),
         normalization=draw(st.sampled_from(("RMSNorm", "LayerNorm"))),
-        activation=draw(st.sampled_from(("swiglu", "gelu", "squared_relu", "quick_geglu"))),
+        activation=activation,
         add_bias_linear=draw(st.booleans()), add_qkv_bias=draw(st.booleans()),
         qk_layernorm=draw(st.booleans()),
         position_embedding_type=draw(st.sampled_from(("rope", "learned_absolute", "none"))
@@ -101,7 +124,8 @@ def _spec(draw) -> RunSpec:
         grad_reduce_in_fp32=draw(st.booleans()) if precision != "fp32" else True,
         moe_token_dispatcher_type=draw(st.sampled_from(("alltoall", "allgather", "flex")))
         if model.is_moe else ParallelSpec().moe_token_dispatcher_type,
-        cp_comm_type=draw(st.sampled_from(("p2p", "a2a", "allgather"))), **layout)
+        cp_comm_type=draw(st.sampled_from(("p2p", "a2a", "allgather"))), **layout,
+        **(_moe_impl(draw) if model.is_moe else {}))
     if par.tp > 1 and par.sequence_parallel:
         par = dataclasses.replace(par, tp_comm_overlap=draw(st.booleans()))
     gran = draw(st.sampled_from((None, "selective", "full")))
@@ -121,6 +145,10 @@ def _spec(draw) -> RunSpec:
         par = dataclasses.replace(par, grad_reduce_in_fp32=False)
     mbs = draw(st.sampled_from((1, 2)))
     fused_ce = draw(st.booleans())
+    te = draw(st.sampled_from((None, True, False)))
+    # megatron-core's local spec runs only its unfused DotProductAttention: a local run
+    # with flash attention is not a line Megatron-LM can be given.
+    backend = "unfused" if te is False else draw(st.sampled_from(("flash", "unfused")))
     world = 64
     dp = world // (tp * pp * cp)
     train = TrainSpec(
@@ -130,14 +158,18 @@ def _spec(draw) -> RunSpec:
         if precision == "fp8" else TrainSpec().fp8_recipe,
         fp8_param_gather=precision == "fp8" and draw(st.booleans()),
         recompute_granularity=gran, **rec,
-        attention_backend=draw(st.sampled_from(("flash", "unfused"))),
+        attention_backend=backend,
+        # Megatron-LM refuses torch FSDP2 with gradient accumulation fusion: the flag is
+        # always written there and the field keeps its default.
+        gradient_accumulation_fusion=draw(st.booleans()) or fsdp,
+        masked_softmax_fusion=draw(st.sampled_from((None, False))),
         optimizer=draw(st.sampled_from(("adam", "sgd"))),
         cross_entropy_loss_fusion=fused_ce,
         cross_entropy_fusion_impl=draw(st.sampled_from(("native", "te")))
         if fused_ce else "native",
         cpu_offloading_num_layers=draw(st.sampled_from((0, 1, 3)))
         if pp == 1 and gran is None else 0,
-        te=draw(st.sampled_from((None, True, False))),
+        te=te,
         use_precision_aware_optimizer=pao, main_grads_dtype=dt[0], exp_avg_dtype=dt[1],
         exp_avg_sq_dtype=dt[2],
         moe_router_dtype=draw(st.sampled_from((None, "fp32"))) if model.is_moe else None,

@@ -133,8 +133,30 @@ def test_recipe_out_writes_a_launch_line(tmp_path, capsys):
                                         and d["target"]["nodes"] == 1))
 def test_nvidias_single_node_h100_scripts_fit(name):
     """NVIDIA's examples written for one 8 x H100 node fit its 80 GiB (Llama 3 8B FP8,
-    Megatron-FSDP Llama 3 8B FP8, GPT-OSS)."""
+    Megatron-FSDP Llama 3 8B FP8, GPT-OSS), in the layout NVIDIA benchmarked them in
+    (``_BENCHMARKED``)."""
     from primus_ext.frameworks.megatron.args import parse_launch_args
     from primus_ext.project.estimate import project
     doc = SCRIPTS[name]
-    assert project(parse_launch_args(doc["flags"] + _target(doc)).spec).fits
+    flags = list(doc["flags"])
+    for flag, value in _BENCHMARKED.get(name, {}).items():
+        flags[flags.index(flag) + 1] = value
+    assert project(parse_launch_args(flags + _target(doc)).spec).fits
+
+
+# Layouts NVIDIA measured, where the script at this commit writes another one:
+# examples/llama/README.md "FP8 Performance" runs LLAMA3-8B on 8 GPUs at CP 2 (13812
+# tokens/s/GPU); train_llama3_8b_h100_fp8.sh sets CP_SIZE=1. At CP 1 the step's peak is
+# the fused cross entropy's backward (memory/head.py: the saved fp32 softmax, its
+# compiled clone and the bf16 gradient, 10 bytes per logit on 8192 x 128256 logits),
+# about 80.7 GiB allocated: more than the device (test below).
+_BENCHMARKED = {"mlm_llama3_8b_h100_fp8": {"--context-parallel-size": "2"}}
+
+
+def test_llama3_8b_fp8_script_at_cp1_is_over_the_device():
+    from primus_ext.frameworks.megatron.args import parse_launch_args
+    from primus_ext.memory import memory_report
+    doc = SCRIPTS["mlm_llama3_8b_h100_fp8"]
+    rep = memory_report(parse_launch_args(doc["flags"] + _target(doc)).spec)
+    assert not rep.fits
+    assert rep.stages[0].allocated_peak_bytes > rep.device_bytes

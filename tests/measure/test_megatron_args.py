@@ -36,7 +36,9 @@ BASE = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "8
      "train.fp8_param_gather=true", "parallel.grad_reduce_in_fp32=false", "train.te=true"],
     ["model=llama3_8b", "parallel.cp=1", "train.use_precision_aware_optimizer=true",
      "train.main_grads_dtype=bf16", "parallel.grad_reduce_in_fp32=false",
-     "train.exp_avg_dtype=fp8", "train.exp_avg_sq_dtype=bf16", "train.te=false"],
+     "train.exp_avg_dtype=fp8", "train.exp_avg_sq_dtype=bf16", "train.te=false",
+     # megatron-core's local spec runs only its unfused DotProductAttention
+     "train.attention_backend=unfused"],
     ["model=mixtral_8x7b", "cluster.num_nodes=2", "parallel.ep=8",
      "train.offload_modules=[core_attn,attn_proj,expert_fc1]"],
     ["model=mixtral_8x7b", "cluster.num_nodes=2", "parallel.ep=8",

@@ -60,26 +60,34 @@ def test_megatron_core_rules_for_cpu_offloading():
         _offload(8)
 
 
-def test_te_cross_entropy_saves_the_logits_in_their_dtype():
+def test_te_cross_entropy_saves_its_gradient_in_place_or_in_fp32():
     spec = run(LLAMA, backend="flash")
     n = spec.train.seq_length * spec.train.micro_batch_size
     v = padded_vocab(LLAMA.vocab_size, LLAMA.make_vocab_size_divisible_by, 1)
     fused = replace(spec.train, cross_entropy_loss_fusion=True,
                     cross_entropy_fusion_impl="te")
+    # TE <= 2.17 (transformer_engine/pytorch/triton/cross_entropy.py before #3193): the
+    # kernel writes the gradient into the bf16 logits, which CrossEntropyFunction saves.
     te_items = head_items(LLAMA, spec.parallel, fused)
-    # CrossEntropyFunction.forward: _input (bf16 logits), target (int64), m_d_X_y
-    # (n_rows * 3 fp32); no fp32 exp-logits copy as _VocabParallelCrossEntropy keeps.
     assert te_items["loss.logits"] == n * v * 2
-    assert te_items["loss.target"] == n * 8
-    assert te_items["loss.row_stats"] == n * 3 * 4
     assert "loss.exp_logits" not in te_items
+    # TE >= 2.18: grad_input = torch.empty_like(_input, dtype=torch.float32), saved.
+    opt218 = MemoryOptions(te_cross_entropy_fp32_grad=True)
+    te218 = head_items(LLAMA, spec.parallel, fused, options=opt218)
+    assert te218["loss.grad_input"] == n * v * 4 and "loss.logits" not in te218
     native = head_items(LLAMA, spec.parallel, replace(fused, cross_entropy_fusion_impl=
                                                       "native"))
     assert native["loss.exp_logits"] == n * v * 4
-    # The last chunk's transient bf16 logits beside the fp32 copy is gone too.
+    # Transients (head.py): the eager loss and TE 2.18 keep the bf16 logits (or their
+    # gradient) beside the fp32 tensor; the compiled native fusion also clones the fp32
+    # softmax it mutates in calculate_gradients; TE <= 2.17 works in place.
     last_native = chunk_activations(LLAMA, spec.parallel, replace(fused,
                                     cross_entropy_fusion_impl="native"), 0, 0, OPT)
     last_te = chunk_activations(LLAMA, spec.parallel, fused, 0, 0, OPT)
-    assert last_native.working_bytes - last_te.working_bytes == n * v * 2
+    last_te218 = chunk_activations(LLAMA, spec.parallel, fused, 0, 0, opt218)
+    last_eager = chunk_activations(LLAMA, spec.parallel, spec.train, 0, 0, OPT)
+    assert last_te.working_bytes == 0
+    assert last_te218.working_bytes == last_eager.working_bytes == n * v * 2
+    assert last_native.working_bytes - last_eager.working_bytes == n * v * 4
     with pytest.raises(ValueError, match="cross_entropy_fusion_impl"):
         TrainSpec(cross_entropy_fusion_impl="triton")

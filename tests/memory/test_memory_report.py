@@ -75,9 +75,19 @@ def test_options_are_validated():
 def test_other_bytes_are_named():
     s = memory_report(run(LLAMA, tp=2, sequence_parallel=True)).stages[0]
     names = dict(s.other)
-    assert set(names) == {"cuda_context", "workspaces", "nccl", "global_memory_buffer",
-                          "fragmentation"}
+    assert set(names) == {"cuda_context", "cublas_workspaces", "te_workspaces",
+                          "dummy_wgrads", "nccl", "global_memory_buffer", "fragmentation"}
     assert sum(names.values()) == s.other_bytes
+
+
+def test_allocated_peak_is_the_device_peak_less_the_terms_outside_the_allocator():
+    s = memory_report(run(LLAMA, tp=2, sequence_parallel=True)).stages[0]
+    other = dict(s.other)
+    outside = other["cuda_context"] + other["nccl"] + other["fragmentation"]
+    assert outside > 0 and s.allocated_peak_bytes == s.total_bytes - outside
+    d = s.to_dict()
+    assert d["allocated_peak_bytes"] == s.allocated_peak_bytes
+    assert d["other"] == other and d["total_bytes"] == s.total_bytes
 
 
 @settings(max_examples=40, deadline=None)

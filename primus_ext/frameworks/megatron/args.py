@@ -215,6 +215,10 @@ def _parallel(ns, n: Notes) -> ParallelSpec:
                          "(megatron-core: 'overlap_moe_expert_parallel_comm must be "
                          "enabled when enabling delay_wgrad_compute')")
     sp, tp_overlap = _sequence_parallel(ns, n)
+    if ns.defer_embedding_wgrad_compute and pp == 1:
+        raise ValueError("--defer-embedding-wgrad-compute needs pipeline parallelism "
+                         "(megatron-core: 'Cannot defer embedding wgrad compute when "
+                         "pipeline model parallel is not used')")
     etp = ns.expert_tensor_parallel_size
     if etp == ns.tensor_model_parallel_size:
         etp = None  # megatron-core's default: expert TP = TP
@@ -222,6 +226,7 @@ def _parallel(ns, n: Notes) -> ParallelSpec:
         tp=ns.tensor_model_parallel_size, pp=pp, vpp=vpp, cp=ns.context_parallel_size,
         ep=ns.expert_model_parallel_size, etp=etp, sequence_parallel=sp,
         use_distributed_optimizer=ns.use_distributed_optimizer and not fsdp, fsdp=fsdp,
+        num_distributed_optimizer_instances=ns.num_distributed_optimizer_instances,
         overlap_grad_reduce=ns.overlap_grad_reduce,
         overlap_param_gather=ns.overlap_param_gather, tp_comm_overlap=tp_overlap,
         grad_reduce_in_fp32=_grad_reduce_in_fp32(ns, fsdp, n),
@@ -332,7 +337,12 @@ def _train(ns, dp: int, n: Notes) -> TrainSpec:
         n.not_modelled.append(f"--main-params-dtype {ns.main_params_dtype} (modelled as "
                               "fp32 main parameters)")
     te = None if ns.transformer_impl is None else ns.transformer_impl != "local"
-    backend = "unfused" if ns.attention_backend in ("unfused", "local") else "flash"
+    # megatron-core's local spec has one core attention, its unfused DotProductAttention
+    # (gpt_layer_specs.py get_gpt_layer_local_spec); --attention-backend (default auto)
+    # only chooses among Transformer Engine's backends (LanguageModule.
+    # _set_attention_backend sets TE's NVTE_*_ATTN switches).
+    backend = "unfused" if ns.attention_backend in ("unfused", "local") or te is False \
+        else "flash"
     return TrainSpec(
         seq_length=ns.seq_length, micro_batch_size=ns.micro_batch_size,
         global_batch_size=ns.global_batch_size or ns.micro_batch_size * dp,
@@ -358,7 +368,14 @@ def _train(ns, dp: int, n: Notes) -> TrainSpec:
         and ns.moe_router_force_load_balancing,
         deterministic_mode=ns.deterministic_mode, log_params_norm=ns.log_params_norm,
         log_num_zeros_in_grad=ns.log_num_zeros_in_grad,
-        cuda_graph_scope=cuda_graph_scope(ns))
+        cuda_graph_scope=cuda_graph_scope(ns),
+        masked_softmax_fusion=False if ns.no_masked_softmax_fusion else None,
+        # torch FSDP2 requires the flag (Megatron-LM validate_args) and the memory model
+        # reads the field only without FSDP: under FSDP it keeps the spec's default.
+        gradient_accumulation_fusion=not ns.no_gradient_accumulation_fusion
+        or ns.use_torch_fsdp2 or ns.use_megatron_fsdp,
+        defer_embedding_wgrad_compute=ns.defer_embedding_wgrad_compute,
+        wgrad_deferral_limit=ns.wgrad_deferral_limit)
 
 
 def _router_dtype(ns, n: Notes) -> str | None:

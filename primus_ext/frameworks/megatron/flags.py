@@ -46,7 +46,12 @@ def model_args(spec: RunSpec) -> list:
     m = spec.model
     a = _Args(["--num-layers", m.num_layers, "--hidden-size", m.hidden_size,
                "--num-attention-heads", m.num_attention_heads])
-    a.value("--ffn-hidden-size", m.ffn_hidden_size)  # Megatron's default: 4 x hidden
+    # Megatron's default: 4 x hidden, but 2/3 of it (a multiple of 64) with --swiglu
+    # (model_flags.ffn_hidden_size): a SwiGLU spec at 4 x hidden says so.
+    ffn = m.ffn_hidden_size
+    if ffn is None and m.activation == "swiglu":
+        ffn = 4 * m.hidden_size
+    a.value("--ffn-hidden-size", ffn)
     if m.num_query_groups is not None:
         a += ["--group-query-attention", "--num-query-groups", m.num_query_groups]
     a.value("--kv-channels", m.kv_channels)
@@ -162,8 +167,9 @@ def parallel_args(spec: RunSpec) -> list:
         a.switch("--moe-shared-expert-overlap", p.moe_shared_expert_overlap)
     a.switch("--sequence-parallel", p.sequence_parallel)
     if p.fsdp:
-        a += ["--use-torch-fsdp2", "--no-gradient-accumulation-fusion"]
+        a.append("--use-torch-fsdp2")  # needs --no-gradient-accumulation-fusion (below)
     a.switch("--use-distributed-optimizer", p.use_distributed_optimizer and not p.fsdp)
+    a.value("--num-distributed-optimizer-instances", p.num_distributed_optimizer_instances)
     a.switch("--overlap-grad-reduce", p.overlap_grad_reduce)
     a.switch("--overlap-param-gather",
              p.overlap_param_gather and (p.use_distributed_optimizer or p.fsdp))
@@ -201,6 +207,13 @@ def train_args(spec: RunSpec) -> list:
     if t.cross_entropy_loss_fusion:
         a.value("--cross-entropy-fusion-impl", t.cross_entropy_fusion_impl)
     a.switch("--no-attention-softmax-in-fp32", not t.attention_softmax_in_fp32)
+    a.switch("--no-masked-softmax-fusion", t.masked_softmax_fusion is False)
+    # Megatron-LM: '--use-torch-fsdp2 is not supported with gradient accumulation fusion'.
+    a.switch("--no-gradient-accumulation-fusion",
+             not t.gradient_accumulation_fusion or p.fsdp)
+    if t.defer_embedding_wgrad_compute:
+        a.append("--defer-embedding-wgrad-compute")
+        a.value("--wgrad-deferral-limit", t.wgrad_deferral_limit)
     if t.offload_modules:
         a += ["--fine-grained-activation-offloading", "--offload-modules",
               *t.offload_modules]

@@ -65,6 +65,15 @@ def position_embedding(ns, notes) -> str:
     return "rope" if kind in ("mrope", "yarn") else kind
 
 
+def ffn_hidden_size(ns) -> int | None:
+    """--ffn-hidden-size, or Megatron-LM's default without it (megatron/training/
+    arguments.py validate_args: ``int((4 * h * 2 / 3) / 64) * 64`` with --swiglu; None,
+    the spec's 4 * h, otherwise)."""
+    if ns.ffn_hidden_size is None and ns.swiglu:
+        return int((4 * ns.hidden_size * 2 / 3) / 64) * 64
+    return ns.ffn_hidden_size
+
+
 def model_spec(ns, name: str | None, notes) -> ModelSpec:
     L = ns.num_layers
     freq, first_k = moe_pattern(ns.moe_layer_freq, L) if ns.num_experts else (1, 0)
@@ -83,7 +92,7 @@ def model_spec(ns, name: str | None, notes) -> ModelSpec:
         moe_pad_expert_input_to_capacity=ns.moe_pad_expert_input_to_capacity,
         name=name or ns.model_name or f"gpt-{L}l-{ns.hidden_size}h",
         num_layers=L, hidden_size=ns.hidden_size,
-        num_attention_heads=ns.num_attention_heads, ffn_hidden_size=ns.ffn_hidden_size,
+        num_attention_heads=ns.num_attention_heads, ffn_hidden_size=ffn_hidden_size(ns),
         num_query_groups=ns.num_query_groups if ns.group_query_attention else None,
         kv_channels=ns.kv_channels, vocab_size=vocab.size,
         make_vocab_size_divisible_by=ns.make_vocab_size_divisible_by,

@@ -47,8 +47,7 @@ _REASONS = {
         "and-grad --empty-unused-memory-level --init-model-with-meta-device "
         "--no-async-tensor-model-parallel-allreduce --use-cpu-initialization "
         "--no-initialization --disable-bf16-reduced-precision-matmul --enable-gpt-oss "
-        "--export-force-local-attention --fsdp-manual-registration --use-nccl-ub "
-        "--no-gradient-accumulation-fusion"),
+        "--export-force-local-attention --fsdp-manual-registration --use-nccl-ub"),
     "numerics of the same kernels (same FLOPs and bytes)": (
         "--norm-epsilon --apply-layernorm-1p --rotary-base --rotary-percent "
         "--rotary-scaling-factor --rotary-seq-len-interpolation-factor --rope-type "
@@ -58,7 +57,7 @@ _REASONS = {
         "--bf16-reduced-precision-matmul"),
     "kernel fusions of elementwise ops the projection already counts as fused, and "
     "FSDP's double-buffered all-gathers": (
-        "--no-masked-softmax-fusion --no-bias-gelu-fusion --no-bias-dropout-fusion "
+        "--no-bias-gelu-fusion --no-bias-dropout-fusion "
         "--no-rope-fusion --fsdp-double-buffer --te-rng-tracker"),
 }
 

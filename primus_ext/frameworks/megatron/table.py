@@ -163,6 +163,8 @@ PARALLEL = (
     _f("--use-megatron-fsdp", "parallel.fsdp", False),
     _f("--data-parallel-sharding-strategy", "parallel.fsdp", "optim_grads_params", str,
        choices=("no_shard", "optim", "optim_grads", "optim_grads_params")),
+    _f("--num-distributed-optimizer-instances",
+       "parallel.num_distributed_optimizer_instances", 1, int),
     _f("--overlap-grad-reduce", "parallel.overlap_grad_reduce", False),
     _f("--overlap-param-gather", "parallel.overlap_param_gather", False),
     _f("--tp-comm-overlap", "parallel.tp_comm_overlap", False),
@@ -198,6 +200,12 @@ TRAIN = (
        choices=ATTENTION_BACKENDS),
     _f("--use-flash-attn", "train.attention_backend", False),
     _f("--no-attention-softmax-in-fp32", "train.attention_softmax_in_fp32", False),
+    # On by default in Megatron-LM; absent, train.masked_softmax_fusion stays None (on for
+    # GPU presets: memory/report.py resolved_train).
+    _f("--no-masked-softmax-fusion", "train.masked_softmax_fusion", False),
+    _f("--no-gradient-accumulation-fusion", "train.gradient_accumulation_fusion", False),
+    _f("--defer-embedding-wgrad-compute", "train.defer_embedding_wgrad_compute", False),
+    _f("--wgrad-deferral-limit", "train.wgrad_deferral_limit", 0, int),
     _f("--attention-softmax-in-fp32", "train.attention_softmax_in_fp32", False),
     _f("--cross-entropy-loss-fusion", "train.cross_entropy_loss_fusion", False),
     _f("--cross-entropy-fusion-impl", "train.cross_entropy_fusion_impl", "native", str,
