@@ -201,15 +201,23 @@ def _decoder_parts(spec: RunSpec, sh: Shapes, moe: bool, window: int | None
     return a_ops + m_ops, a_comms + m_comms, (fwd, bwd)
 
 
+# ``at::empty`` calls per kernel in Transformer Engine's extensions (NVIDIA/
+# TransformerEngine pytorch/csrc/extensions/normalization.cpp: the norm forward allocates
+# its output, mu, rsigma and a workspace, the backward dx, dgamma, dbeta and a workspace;
+# gemm.cpp: the output D, and bias_grad / pre_gelu_out where the epilogue makes them;
+# quantizer.cpp create_tensor: the data and its scale_inv): about three.
+DETERMINISTIC_FILLS = 3
+
+
 def with_launches(spec: RunSpec, work: tuple[HostWork, HostWork], ops: list[OpCost],
                   comms: list[Tagged]) -> tuple[HostWork, HostWork]:
     """(forward, backward) host work plus the ops' kernels and the collectives' calls.
     Under ``train.deterministic_mode`` (Megatron-LM --deterministic-mode:
     ``torch.use_deterministic_algorithms(True)``, whose
-    ``torch.utils.deterministic.fill_uninitialized_memory`` fills every new allocation)
-    each kernel's output comes with a fill kernel of its own."""
+    ``torch.utils.deterministic.fill_uninitialized_memory`` makes every ``at::empty``
+    launch a fill) each kernel comes with ``DETERMINISTIC_FILLS`` fills."""
     f, b = work
-    fill = 2 if spec.train.deterministic_mode else 1
+    fill = 1 + DETERMINISTIC_FILLS if spec.train.deterministic_mode else 1
     return (f + HostWork(kernels=fill * sum(o.fwd_kernels for o in ops), collectives=sum(
                 c.calls for c, _ in comms if c.phase == "fwd")),
             b + HostWork(kernels=fill * sum(o.bwd_kernels for o in ops), collectives=sum(
