@@ -154,4 +154,17 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
         peak_tflops=peak, breakdown=breakdown, critical_stage=crit,
         stage_busy_s=tuple(totals), num_microbatches=m, schedule=sched.schedule,
         layout=spec.layout.describe(), backend=costs.source, memory=mem, notes=notes,
-        timeline=sched if record_timeline else None)
+        timeline=sched if record_timeline else None, layer_clocks=layer_clocks(costs))
+
+
+def layer_clocks(costs: LayerCosts) -> dict:
+    """Per layer kind: device and host seconds of each phase and the host-bound share."""
+    out = {}
+    for name, lc in costs.kinds.items():
+        dev_f, dev_b = lc.fwd_total_s, lc.bwd_total_s
+        over = max(lc.fwd_host_s - dev_f, 0.0) + max(lc.bwd_host_s - dev_b, 0.0)
+        total = max(lc.fwd_host_s, dev_f) + max(lc.bwd_host_s, dev_b)
+        out[name] = {"device_fwd_s": dev_f, "host_fwd_s": lc.fwd_host_s,
+                     "device_bwd_s": dev_b, "host_bwd_s": lc.bwd_host_s,
+                     "host_bound_share": over / total if total > 0 else 0.0}
+    return out

@@ -27,6 +27,10 @@ class Estimate:
     memory: Any  # MemoryReport
     notes: tuple[str, ...] = ()
     timeline: Any = field(default=None, compare=False)  # ScheduleResult with events
+    # Per layer kind, one microbatch on one rank: the device's and the host's seconds of
+    # its forward and backward (with recompute) and the share of the two phases the
+    # host sets (what its clock takes beyond the device's, over their sum).
+    layer_clocks: dict = field(default_factory=dict, compare=False)
 
     @property
     def peak_memory_bytes(self) -> int:
@@ -55,4 +59,5 @@ class Estimate:
             "backend": self.backend,
             "memory": self.memory.to_dict(),
             "notes": list(self.notes),
+            "layer_clocks": dict(self.layer_clocks),
         }

@@ -50,6 +50,9 @@ def test_a_small_model_is_host_bound_and_a_large_one_is_not():
          "--target-gpus-per-node", "8"]).spec
     e = project(big, calibration=None)
     assert e.breakdown["host_s"] < 0.03 * e.step_time_s
+    # per layer kind, in the JSON: the small model's layers are host-bound, the big not
+    assert est.to_dict()["layer_clocks"]["dense"]["host_bound_share"] > 0.5
+    assert e.to_dict()["layer_clocks"]["dense"]["host_bound_share"] == 0.0
 
 
 def test_cuda_graphs_replace_the_captured_parts_host_work():
