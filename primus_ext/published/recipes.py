@@ -116,6 +116,7 @@ from dataclasses import dataclass, field
 
 from primus_ext.presets import recipe_defaults
 from primus_ext.published import own_stack
+from primus_ext.published.bridge_moe import bridge_moe
 from primus_ext.published.perf_matrix import (BRIDGE_0_1, perf_matrix_cuda_graphs,
                                               perf_matrix_memory)
 
@@ -127,6 +128,7 @@ class Recipe:
     """Overrides for ParallelSpec / TrainSpec keyword arguments, and their notes."""
     parallel: dict = field(default_factory=dict)
     train: dict = field(default_factory=dict)
+    model: dict = field(default_factory=dict)  # ModelSpec fields (token dropping, MTP)
     notes: list = field(default_factory=list)
     sets_recompute: bool = False  # the recipe states the recompute setting
     # The run's own source states its recompute (not a recipe family's default): the
@@ -259,6 +261,8 @@ def _nvidia_perf(f: RowFacts, rec: Recipe) -> None:
                              "(recompute_layers=0 / recompute_granularity=None))")
     if dsv3 and f.source.startswith("MegatronBridge"):
         _dsv3_bridge(f, rec)
+    if f.is_moe and f.source.startswith("MegatronBridge"):
+        bridge_moe(f, rec)  # published/bridge_moe.py: the release's MoE settings
     elif f.is_moe and f.source.startswith("NeMo-FW"):
         rec.set("parallel", "moe_shared_expert_overlap", True,
                 f"{src}: NeMo 2.0 all-to-all dispatcher with shared-expert overlap")

@@ -107,6 +107,9 @@ class TrainSpec:
     # --moe-router-force-load-balancing: tokens routed uniformly to the experts (benchmark
     # runs), so no expert-parallel rank waits on a busier one.
     moe_router_force_load_balancing: bool = False
+    # --fp8-dot-product-attention (TransformerConfig.fp8_dot_product_attention): the fused
+    # attention's two batched GEMMs in FP8 (cuDNN FP8 flash attention); FP8 runs only.
+    fp8_dot_product_attention: bool = False
     # Megatron-LM's training loop (project/host_step.py): --log-params-norm (an L2 norm
     # of every parameter, all-reduced and read back each iteration),
     # --log-num-zeros-in-grad (zeros counted in every gradient and read back), and CUDA
