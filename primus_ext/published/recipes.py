@@ -115,7 +115,7 @@ import re
 from dataclasses import dataclass, field
 
 from primus_ext.presets import recipe_defaults
-from primus_ext.published import own_stack
+from primus_ext.published import moe_sources, own_stack
 from primus_ext.published.bridge_moe import bridge_moe
 from primus_ext.published.perf_matrix import (BRIDGE_0_1, perf_matrix_cuda_graphs,
                                               perf_matrix_memory)
@@ -192,6 +192,12 @@ def recipe_for(f: RowFacts) -> Recipe:
             _nvidia_perf(f, rec)
         elif f.source.startswith("AMD-Primus"):
             _amd_primus(f, rec)
+            if f.source.startswith("AMD-Primus-moe-package"):
+                moe_sources.primus_moe_package(f, rec)
+        elif f.source.startswith("Megatron-MoE-ModelZoo"):
+            moe_sources.modelzoo(f, rec)
+        elif f.source.startswith("NeMo-Automodel"):
+            moe_sources.automodel(f, rec)
         _current_recipe_gaps(f, rec)
     return rec
 

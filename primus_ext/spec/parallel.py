@@ -100,10 +100,6 @@ class ParallelSpec:
     moe_router_fusion: bool = False
     moe_router_load_balancing_type: str = "aux_loss"
     moe_flex_dispatcher_backend: str = "deepep"
-    # --moe-use-legacy-grouped-gemm: megatron-core GroupedMLP, whose expert GEMMs are one
-    # grouped kernel each (the grouped_gemm package's gmm: a CUTLASS grouped GEMM over all
-    # local experts) instead of TEGroupedMLP's per-expert GEMMs on four streams.
-    moe_use_legacy_grouped_gemm: bool = False
     # TransformerConfig.use_transformer_engine_op_fuser with Transformer Engine's CuTe DSL
     # fused grouped MLP (NVTE_CUTEDSL_FUSED_GROUPED_MLP=1; megatron-core experts.py
     # TEGroupedMLP._is_fused_impl_supported): fc1, the gated activation with the routing

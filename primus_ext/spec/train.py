@@ -110,6 +110,9 @@ class TrainSpec:
     # --fp8-dot-product-attention (TransformerConfig.fp8_dot_product_attention): the fused
     # attention's two batched GEMMs in FP8 (cuDNN FP8 flash attention); FP8 runs only.
     fp8_dot_product_attention: bool = False
+    # Every expert receives exactly ``tokens * topk / experts`` rows (NeMo AutoModel's
+    # FakeBalancedGate with noise 0), not the random spread of forced balancing.
+    moe_router_exact_balance: bool = False
     # Megatron-LM's training loop (project/host_step.py): --log-params-norm (an L2 norm
     # of every parameter, all-reduced and read back each iteration),
     # --log-num-zeros-in-grad (zeros counted in every gradient and read back), and CUDA

@@ -1,0 +1,105 @@
+"""Where routed tokens go: the expected spread over expert-parallel ranks and domains.
+
+Pure combinatorics of top-k routing, shared by the op model (compute/layer_ops.py: rows
+a rank's experts and permutations handle) and the dispatcher model (comm/moe_comm.py:
+bytes a dispatch moves).
+
+- ``expected_domains_hit``: how many of ``K`` groups of consecutive experts (EP ranks,
+  or the scale-up domains holding them) a token's ``k`` experts fall in, under uniform
+  routing, with or without group-limited routing (megatron-core
+  ``moe_router_num_groups`` / ``moe_router_group_topk``). The flex dispatcher
+  (DeepEP / HybridEP) sends a token once per destination rank and once per destination
+  domain over the network, so these counts size its traffic.
+- ``routing_spread_factor``: the busiest EP rank's routed rows over the mean. The
+  expert compute and the all-to-all of a layer end with the busiest rank.
+"""
+from __future__ import annotations
+
+from math import comb, sqrt
+from statistics import NormalDist
+
+
+def expected_max_normal(n: int) -> float:
+    """E[max of n iid standard normals] (0 for n <= 1; exact for 2, Blom otherwise)."""
+    if n <= 1:
+        return 0.0
+    if n == 2:
+        return 1.0 / sqrt(3.141592653589793)
+    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
+
+
+def _p_miss(total: int, avoid: int, draws: int) -> float:
+    """P(a uniform draw of ``draws`` of ``total`` items misses ``avoid`` given items)."""
+    if draws > total - avoid:
+        return 0.0
+    return comb(total - avoid, draws) / comb(total, draws)
+
+
+def expected_domains_hit(num_experts: int, topk: int, num_domains: int,
+                         num_groups: int | None = None,
+                         group_topk: int | None = None) -> float:
+    """Expected number of the ``num_domains`` domains (each holding ``E / K`` consecutive
+    experts) that a token's ``topk`` experts fall in, under uniform routing."""
+    e, k, kd = num_experts, topk, num_domains
+    if kd <= 1:
+        return 1.0
+    per_dom = e / kd
+    if not num_groups or not group_topk or group_topk >= num_groups:
+        miss = _p_miss(e, round(per_dom), k)
+        return kd * (1.0 - miss)
+    g, gk = num_groups, group_topk
+    per_grp = e // g
+    pool = gk * per_grp
+    if g >= kd:  # a domain holds g / K whole groups
+        in_dom = g // kd
+        miss = 0.0
+        for j in range(0, min(in_dom, gk) + 1):
+            p_j = comb(in_dom, j) * comb(g - in_dom, gk - j) / comb(g, gk)
+            miss += p_j * _p_miss(pool, j * per_grp, k)
+    else:  # a group spans K / g domains; the domain lies inside one group
+        p_chosen = gk / g
+        miss = (1 - p_chosen) + p_chosen * _p_miss(pool, round(per_dom), k)
+    return kd * (1.0 - miss)
+
+
+def ranks_hit(model, ep: int) -> float:
+    """Expected distinct EP ranks (of ``ep``, each holding ``E / ep`` consecutive experts)
+    a token is sent to."""
+    return expected_domains_hit(model.num_moe_experts, model.moe_router_topk, ep,
+                                model.moe_router_num_groups, model.moe_router_group_topk)
+
+
+def random_spread(num_experts: int, topk: int, ep: int, tokens: float) -> float:
+    """Busiest of ``ep`` ranks over the mean under uniform random routing of ``tokens``
+    tokens (the EP group's).
+
+    megatron-core's benchmark mode (``moe_router_force_load_balancing``,
+    ``moe_utils.RandomSTE``) replaces the router logits with standard normals, so each
+    token picks ``k`` distinct experts uniformly. A rank holding ``E / ep`` experts
+    receives from each token a hypergeometric count (mean ``k / ep``, variance ``k p (1 -
+    p) (E - k) / (E - 1)``, ``p = 1 / ep``); the ranks' loads sum to ``N k`` (correlation
+    ``-1 / (ep - 1)``), so the busiest is ``1 + cv * sqrt(ep / (ep - 1)) * E[max of ep
+    standard normals]`` (for two ranks ``cv * sqrt(2 / pi)``, exact)."""
+    if ep <= 1 or tokens <= 0 or num_experts <= 1:
+        return 1.0
+    e, k = num_experts, topk
+    p = 1.0 / ep
+    mean = tokens * k * p
+    var = tokens * k * p * (1 - p) * (e - k) / (e - 1)
+    return 1.0 + sqrt(var) / mean * sqrt(ep / (ep - 1)) * expected_max_normal(ep)
+
+
+def routing_spread_factor(sh) -> float:
+    """Busiest EP rank's routed rows over the mean (``sh``: compute/ops.Shapes).
+
+    - token dropping (``moe_expert_capacity_factor``) caps every expert at its capacity
+      (exactly, when padded; at the mean for factors up to 1): 1;
+    - exact balance (``train.moe_router_exact_balance``: every expert the same number of
+      tokens): 1;
+    - otherwise uniform random routing over the group's ``ep * etp * sp_tokens`` tokens
+      (``random_spread``)."""
+    m, t = sh.model, sh.train
+    if sh.ep <= 1 or m.moe_expert_capacity_factor is not None or t.moe_router_exact_balance:
+        return 1.0
+    return random_spread(m.num_moe_experts, m.moe_router_topk, sh.ep,
+                         sh.ep * sh.etp * sh.sp_tokens)
