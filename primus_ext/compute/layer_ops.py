@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from math import ceil
 
+from primus_ext.compute.gemm import GROUPED_STREAMS
 from primus_ext.compute.attention import flash_attention, mean_keys_per_query, \
     unfused_attention
 from primus_ext.compute.ops import OpCost, Shapes, bias_dropout_add, gated_activation, \
@@ -227,9 +228,7 @@ def moe_ops(sh: Shapes) -> list[OpCost]:
         if local > 1 and sh.ep > 1:
             expert_ops.append(memory_op(sh, "sort_chunks", "moe", 2 * rows * h * ab,
                                         2 * rows * h * ab, gather=True))
-    expert_ops.append(linear(sh, "experts_fc1", "moe", rows_e, h, fc1_out, groups=local))
-    expert_ops.append(gated_activation(sh, "experts_act", "moe_act", rows, f))
-    expert_ops.append(linear(sh, "experts_fc2", "moe", rows_e, f, h, groups=local))
+    expert_ops += expert_mlp_ops(sh, rows_e, rows, local, f, fc1_out)
     if flex:
         if backend == "deepep":
             moved = (recv + rows) * h * ab + rows * 4
@@ -248,6 +247,38 @@ def moe_ops(sh: Shapes) -> list[OpCost]:
                              "shared_experts")
     ops.append(bias_dropout_add(sh, "mlp_bda", ts))
     return ops
+
+
+def expert_mlp_ops(sh: Shapes, rows_e: float, rows: float, local: int, f: int,
+                   fc1_out: int) -> list[OpCost]:
+    """The local experts' fc1, activation and fc2, by how megatron-core runs them:
+
+    - ``moe_grouped_gemm`` (TEGroupedMLP): Transformer Engine's GroupedLinear, one cuBLAS
+      GEMM per expert on four streams (compute/gemm.py GROUPED_STREAMS);
+    - without it, SequentialMLP (megatron-core moe/experts.py): ``for expert in
+      self.local_experts`` each expert's own MLP in turn, one GEMM at a time on the
+      current stream (``streams=1``);
+    - ``moe_fused_grouped_mlp`` (``use_transformer_engine_op_fuser`` with TE's CuTe DSL
+      fused grouped MLP, TE PR 2622 "a fused operation for a grouped MLP block ... an MXFP8
+      grouped GEMM and SwiGLU"): fc1 and fc2 each one grouped kernel over all local
+      experts, the SwiGLU with the routing probabilities and the quantisation of fc2's
+      input in fc1's epilogue, their gradients in fc2's dgrad epilogue (megatron-core
+      experts.py TEGroupedMLP._is_fused_impl_supported: gated SwiGLU / quick-GEGLU
+      only): no activation kernel and no cast of fc2's input or fc1's output gradient.
+    """
+    par = sh.par
+    fused = par.moe_fused_grouped_mlp and sh.model.gated and sh.etp == 1
+    if fused:
+        return [linear(sh, "experts_fc1", "moe", rows_e, sh.hidden, fc1_out, groups=local,
+                       one_kernel=True, cast_grad=False),
+                linear(sh, "experts_fc2", "moe", rows_e, f, sh.hidden, groups=local,
+                       one_kernel=True, cast_input=False)]
+    streams = GROUPED_STREAMS if par.moe_grouped_gemm else 1
+    return [linear(sh, "experts_fc1", "moe", rows_e, sh.hidden, fc1_out, groups=local,
+                   streams=streams),
+            gated_activation(sh, "experts_act", "moe_act", rows, f),
+            linear(sh, "experts_fc2", "moe", rows_e, f, sh.hidden, groups=local,
+                   streams=streams)]
 
 
 def mlp_block_ops(sh: Shapes, moe: bool) -> list[OpCost]:
