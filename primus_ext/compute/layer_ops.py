@@ -269,16 +269,36 @@ def expert_mlp_ops(sh: Shapes, rows_e: float, rows: float, local: int, f: int,
     par = sh.par
     fused = par.moe_fused_grouped_mlp and sh.model.gated and sh.etp == 1
     if fused:
-        return [linear(sh, "experts_fc1", "moe", rows_e, sh.hidden, fc1_out, groups=local,
-                       one_kernel=True, cast_grad=False),
-                linear(sh, "experts_fc2", "moe", rows_e, f, sh.hidden, groups=local,
-                       one_kernel=True, cast_input=False)]
-    streams = GROUPED_STREAMS if par.moe_grouped_gemm else 1
-    return [linear(sh, "experts_fc1", "moe", rows_e, sh.hidden, fc1_out, groups=local,
-                   streams=streams),
-            gated_activation(sh, "experts_act", "moe_act", rows, f),
-            linear(sh, "experts_fc2", "moe", rows_e, f, sh.hidden, groups=local,
-                   streams=streams)]
+        ops = [linear(sh, "experts_fc1", "moe", rows_e, sh.hidden, fc1_out, groups=local,
+                      one_kernel=True, cast_grad=False),
+               linear(sh, "experts_fc2", "moe", rows_e, f, sh.hidden, groups=local,
+                      one_kernel=True, cast_input=False)]
+    else:
+        streams = GROUPED_STREAMS if par.moe_grouped_gemm else 1
+        ops = [linear(sh, "experts_fc1", "moe", rows_e, sh.hidden, fc1_out, groups=local,
+                      streams=streams),
+               gated_activation(sh, "experts_act", "moe_act", rows, f),
+               linear(sh, "experts_fc2", "moe", rows_e, f, sh.hidden, groups=local,
+                      streams=streams)]
+    return _fp8_padding(sh, ops, rows)
+
+
+def _fp8_padding(sh: Shapes, ops: list[OpCost], rows: float) -> list[OpCost]:
+    """FP8 grouped GEMMs need every expert's rows padded to the quantisation block
+    (megatron-core experts.py TEGroupedMLP.forward: ``quantization_padding`` /
+    ``quantization_unpadding``, Transformer Engine fp8_padding.py ``Fp8Padding``: 16 rows,
+    32 for MXFP8): a dropless routing's counts are not multiples of it, so the input is
+    copied into a padded buffer (``fused_multi_row_padding``) and the output back out, and
+    the backward mirrors both. None with token dropping padded to capacity or with the
+    router padding the routing map itself (``--moe-router-padding-for-fp8 /
+    -quantization``: parallel.moe_router_terms 'padding')."""
+    m = sh.model
+    if (sh.gemm_dtype != "fp8" or m.moe_expert_capacity_factor is not None
+            or "padding" in sh.par.moe_router_terms):
+        return ops
+    moved = 2 * rows * sh.hidden * sh.act_bytes  # read and write the rows
+    return ([memory_op(sh, "fp8_padding", "moe", moved, moved)] + ops
+            + [memory_op(sh, "fp8_unpadding", "moe", moved, moved)])
 
 
 def mlp_block_ops(sh: Shapes, moe: bool) -> list[OpCost]:

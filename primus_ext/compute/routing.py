@@ -89,6 +89,30 @@ def random_spread(num_experts: int, topk: int, ep: int, tokens: float) -> float:
     return 1.0 + sqrt(var) / mean * sqrt(ep / (ep - 1)) * expected_max_normal(ep)
 
 
+# Coefficient of variation of one expert's share of a micro-batch's routed tokens under a
+# learned top-k router on text (per expert; the skew is systematic: the same experts are
+# popular in every micro-batch). From the Megatron-MoE-ModelZoo Qwen3-235B-A22B
+# long-context table (github.com/yanring/Megatron-MoE-ModelZoo @e8650517d60d
+# best_practice/qwen3/readme.md, H100, EP 8, TP 4, CP 1-8, 16k-128k tokens): model TFLOP/s
+# "forced balance" / "dropless" 295/237, 335/277, 368/320, 389/357. Each ratio is the
+# step-time slope of the busiest-rank factor times its excess over 1; the projector's
+# slopes of those four runs (0.60, 0.51, 0.37, 0.24) give a busiest factor of 1.40 +-
+# 0.02 at every CP degree (the skew does not depend on how many sequences the EP group
+# holds), which for 16 of 128 experts per rank of 8 is this per-expert CV
+# (tests/compute/test_routing_imbalance.py holds the four ratios).
+LEARNED_EXPERT_LOAD_CV = 1.11
+
+
+def learned_rank_cv(num_experts: int, ep: int) -> float:
+    """CV of an EP rank's load when each of its ``E / ep`` experts carries a share with
+    CV ``LEARNED_EXPERT_LOAD_CV`` (independent experts, drawn without replacement from
+    the ``E``)."""
+    m = num_experts / ep
+    if ep <= 1 or m >= num_experts:
+        return 0.0
+    return LEARNED_EXPERT_LOAD_CV * sqrt((num_experts - m) / (m * (num_experts - 1)))
+
+
 def routing_spread_factor(sh) -> float:
     """Busiest EP rank's routed rows over the mean (``sh``: compute/ops.Shapes).
 
@@ -96,10 +120,18 @@ def routing_spread_factor(sh) -> float:
       (exactly, when padded; at the mean for factors up to 1): 1;
     - exact balance (``train.moe_router_exact_balance``: every expert the same number of
       tokens): 1;
-    - otherwise uniform random routing over the group's ``ep * etp * sp_tokens`` tokens
-      (``random_spread``)."""
+    - forced balancing (``moe_router_force_load_balancing``) or mock data
+      (``train.moe_routing_data='mock'``: random token ids, routed at random): uniform
+      random routing over the group's ``ep * etp * sp_tokens`` tokens (``random_spread``);
+    - a learned router on text: the random spread and the router's own skew
+      (``learned_rank_cv``) add in quadrature before the busiest of ``ep`` is taken."""
     m, t = sh.model, sh.train
     if sh.ep <= 1 or m.moe_expert_capacity_factor is not None or t.moe_router_exact_balance:
         return 1.0
-    return random_spread(m.num_moe_experts, m.moe_router_topk, sh.ep,
-                         sh.ep * sh.etp * sh.sp_tokens)
+    e, k, ep = m.num_moe_experts, m.moe_router_topk, sh.ep
+    rand = random_spread(e, k, ep, ep * sh.etp * sh.sp_tokens) - 1.0
+    if t.moe_router_force_load_balancing or t.moe_routing_data == "mock":
+        return 1.0 + rand
+    scale = sqrt(ep / (ep - 1)) * expected_max_normal(ep)
+    cv = sqrt((rand / scale) ** 2 + learned_rank_cv(e, ep) ** 2)
+    return 1.0 + cv * scale

@@ -81,6 +81,8 @@ def modelzoo(f: RowFacts, rec: Recipe) -> None:
     rec.set("train", "cross_entropy_fusion_impl", "te", f"{yaml}: --cross-entropy-fusion-impl te")
     rec.set("parallel", "grad_reduce_in_fp32", True, f"{yaml}: no --grad-reduce-in-bf16 "
             "(Megatron-LM accumulates and reduces BF16 gradients in FP32)")
+    rec.notes.append(f"moe_routing_data='real' ({src} runtime_configs/benchmarking/"
+                     "runtime.conf: DATASET CustomDataset, text)")
     forced = bool(_FORCED.search(f.notes))
     rec.set("train", "moe_router_force_load_balancing", forced,
             f"{src}: " + ("the row's --moe-router-force-load-balancing" if forced else
@@ -111,6 +113,8 @@ def automodel(f: RowFacts, rec: Recipe) -> None:
     rec.set("train", "moe_router_exact_balance", True,
             f"{src}: fake_balanced_gate true (FakeBalancedGate, noise 0: every expert "
             "the same number of tokens)")
+    rec.set("train", "moe_routing_data", "mock",
+            f"{src}: MockIterableDataset (random token ids)")
     rec.set("train", "recompute_early_stop", True,
             f"{AUTOMODEL} moe/parallelizer.py apply_ac: torch checkpoint_wrapper "
             "(non-reentrant) per block")

@@ -269,6 +269,11 @@ def _nvidia_perf(f: RowFacts, rec: Recipe) -> None:
         _dsv3_bridge(f, rec)
     if f.is_moe and f.source.startswith("MegatronBridge"):
         bridge_moe(f, rec)  # published/bridge_moe.py: the release's MoE settings
+    if f.is_moe:
+        rec.set("train", "moe_routing_data", "mock",
+                f"{src}: mock data (Megatron-Bridge scripts/performance argument_parser.py "
+                "--data default 'mock', perf_recipes mock=True; NeMo 2.0 llm recipes' "
+                "MockDataModule): random token ids")
     elif f.is_moe and f.source.startswith("NeMo-FW"):
         rec.set("parallel", "moe_shared_expert_overlap", True,
                 f"{src}: NeMo 2.0 all-to-all dispatcher with shared-expert overlap")
@@ -328,6 +333,10 @@ def _amd_primus(f: RowFacts, rec: Recipe) -> None:
         rec.set("parallel", "align_param_gather", True, "AMD Primus primus/configs/"
                 "modules/megatron/trainer_base.yaml: align_param_gather true (Megatron-LM's "
                 "default since core_r0.9.0, --no-align-param-gather)")
+    if f.is_moe:
+        rec.set("train", "moe_routing_data", "mock", "AMD Primus example configs "
+                "(examples/megatron/configs/*, examples/moe_package/configs/*): mock_data "
+                "true: random token ids")
     found = PRIMUS_CONFIGS.get((f.gpu.upper(), f.model_preset or ""))
     if found is None or f.recompute_stated:
         return
