@@ -18,7 +18,9 @@ they leave unstated takes the source's documented default, each with a note.
   in FP32); the runs load the converted Qwen3 checkpoint and train on real data
   (``--finetune --load``, ``runtime.conf`` PRETRAIN 0), so unless a row says
   ``--moe-router-force-load-balancing`` (opt-in, "Add --moe-router-force-load-balancing to
-  test forced load balancing", best_practice/qwen3/readme.md) the trained router routes.
+  test forced load balancing", best_practice/qwen3/readme.md) the router routes the text,
+  except where the repository's own launch script for the row's layout forces it
+  (``best_practice/qwen3/run_h100_235b.sh``: TP 2, PP 8, VPP 4, EP 32, GBS 2048).
 - **NeMo AutoModel** (github.com/NVIDIA-NeMo/Automodel @e45812012456,
   ``examples/llm_benchmark/*/*_te_deepep*.yaml``; ``components/models/common/utils.py
   BackendConfig``): ``dispatcher: deepep``, ``experts: gmm`` (grouped_gemm's multi-stream
@@ -57,6 +59,13 @@ _GRAPHS = re.compile(r"CUDA graphs \(([^)]*)\)", re.I)
 _MXFP8 = re.compile(r"\bMXFP8\b", re.I)
 
 
+# The repository's launch scripts by the layout they run (gpu, tp, pp, vpp, ep, mbs,
+# gbs): a row of that layout is that recipe (as published/recipes.py PRIMUS_CONFIGS).
+_ZOO_SCRIPTS = {
+    ("H100", 2, 8, 4, 32, 1, 2048): "best_practice/qwen3/run_h100_235b.sh",
+}
+
+
 def modelzoo(f: RowFacts, rec: Recipe) -> None:
     src = ZOO
     if _A2A.search(f.notes):
@@ -83,10 +92,16 @@ def modelzoo(f: RowFacts, rec: Recipe) -> None:
             "(Megatron-LM accumulates and reduces BF16 gradients in FP32)")
     rec.notes.append(f"moe_routing_data='real' ({src} runtime_configs/benchmarking/"
                      "runtime.conf: DATASET CustomDataset, text)")
+    script = _ZOO_SCRIPTS.get((f.gpu.upper(), f.tp, f.pp, f.vpp, f.ep, f.mbs, f.gbs))
     forced = bool(_FORCED.search(f.notes))
-    rec.set("train", "moe_router_force_load_balancing", forced,
-            f"{src}: " + ("the row's --moe-router-force-load-balancing" if forced else
-                          "not forced (opt-in): the trained router with its aux loss"))
+    if forced:
+        why = "the row's --moe-router-force-load-balancing"
+    elif script:
+        forced, why = True, (f"{script}, the repository's command for this layout: "
+                             "--moe-router-force-load-balancing")
+    else:
+        why = "not forced (opt-in): the router routes the text"
+    rec.set("train", "moe_router_force_load_balancing", forced, f"{src}: {why}")
     if _A2A_OVERLAP.search(f.notes):
         rec.set("parallel", "overlap_moe_expert_parallel_comm", True,
                 f"{src} sbatch_benchmarking.sh: A2A_OVERLAP=1")
