@@ -39,7 +39,13 @@ def expected_domains_hit(num_experts: int, topk: int, num_domains: int,
                          num_groups: int | None = None,
                          group_topk: int | None = None) -> float:
     """Expected number of the ``num_domains`` domains (each holding ``E / K`` consecutive
-    experts) that a token's ``topk`` experts fall in, under uniform routing."""
+    experts) that a token's ``topk`` experts fall in, under uniform random logits.
+
+    Without groups the ``k`` experts are a uniform draw from ``E``. With group-limited
+    routing (megatron-core moe_utils.group_limited_topk) the ``group_topk`` groups with
+    the highest sums of their best ``k / group_topk`` scores are chosen and the top ``k``
+    taken among them: every chosen group holds about ``k / group_topk`` of them (it was
+    chosen for those), drawn within the group."""
     e, k, kd = num_experts, topk, num_domains
     if kd <= 1:
         return 1.0
@@ -49,17 +55,12 @@ def expected_domains_hit(num_experts: int, topk: int, num_domains: int,
         return kd * (1.0 - miss)
     g, gk = num_groups, group_topk
     per_grp = e // g
-    pool = gk * per_grp
-    if g >= kd:  # a domain holds g / K whole groups
+    if g >= kd:  # a domain holds g / K whole groups: hit iff one of them is chosen
         in_dom = g // kd
-        miss = 0.0
-        for j in range(0, min(in_dom, gk) + 1):
-            p_j = comb(in_dom, j) * comb(g - in_dom, gk - j) / comb(g, gk)
-            miss += p_j * _p_miss(pool, j * per_grp, k)
-    else:  # a group spans K / g domains; the domain lies inside one group
-        p_chosen = gk / g
-        miss = (1 - p_chosen) + p_chosen * _p_miss(pool, round(per_dom), k)
-    return kd * (1.0 - miss)
+        return kd * (1.0 - comb(g - in_dom, gk) / comb(g, gk))
+    # a group spans K / g domains; a chosen group's share of the k lands inside it
+    kk = max(round(k / gk), 1)
+    return kd * (gk / g) * (1.0 - _p_miss(per_grp, round(per_dom), kk))
 
 
 def ranks_hit(model, ep: int) -> float:
