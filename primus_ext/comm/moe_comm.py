@@ -9,12 +9,15 @@ Dispatchers (``parallel.moe_token_dispatcher_type``, megatron-core):
 - ``alltoall``: one copy per (token, expert) pair: ``T k h`` bytes, of which
   ``(n - g) / n`` leave the domain and ``(g - 1) / n`` cross the scale-up links
   (``collectives.all_to_all_s``). Combine mirrors dispatch; backward mirrors both.
-- ``flex`` (DeepEP / HybridEP kernels, DeepSeek-V3 Sec. 3.2.2): a token crosses the
-  network at most once per destination domain and is fanned out to the experts' GPUs over
-  the scale-up links there, so the network carries ``T h x E[remote domains hit]`` bytes.
+- ``flex`` (DeepEP / HybridEP kernels, DeepSeek-V3 Sec. 3.2.2; ``flex_dispatch_s``): the
+  tokens go unpermuted, once to every EP rank holding one of their experts
+  (``routing.ranks_hit``) at the backend's algorithm bandwidth inside the domain
+  (``hardware.deepep_efficiency`` / ``hybridep_efficiency``, published DeepEP / HybridEP
+  figures), and at most once per destination domain over the network, fanned out over
+  the scale-up links there: the network carries ``T h x E[remote domains hit]`` bytes.
   With group-limited routing (``moe_router_num_groups`` / ``moe_router_group_topk``) a
   token reaches few domains: DeepSeek-V3 on EP 64 over 8 nodes, 8 groups of 32 experts,
-  top-4 groups, top-8 experts: 3.2 remote nodes instead of 7 remote copies.
+  top-4 groups, top-8 experts: 3.5 remote nodes instead of 7 remote copies.
 - ``allgather``: the EP group's tokens are all-gathered (``T h ep`` bytes) and the
   expert outputs reduce-scattered; backward mirrors.
 
@@ -28,10 +31,8 @@ layer and microbatch (on a CPU over gloo, about a millisecond each). The ``allga
 dispatcher all-gathers the routing map (``T E`` booleans) and the router probabilities
 (``T E`` values; their gradient is reduce-scattered back) beside the tokens.
 
-Expected domains hit, under balanced (uniform) routing (``expected_domains_hit``): a
-domain holds ``E / K`` consecutive experts; without groups the ``k`` experts are a
-uniform draw from ``E``; with groups, ``group_topk`` of the ``num_groups`` groups are
-drawn, then ``k`` experts from those groups.
+Expected ranks and domains hit under uniform routing: compute/routing.py
+``expected_domains_hit`` (a domain holds ``E / K`` consecutive experts).
 
 Overlap (``exposed`` windows, comm/overlap.py):
 
@@ -44,9 +45,10 @@ Overlap (``exposed`` windows, comm/overlap.py):
   keeps its collectives exposed.
 - The ``flex`` dispatcher's DeepEP kernels hold ``DEEPEP_NUM_SMS`` SMs while they run
   (megatron-core ``TransformerConfig.moe_deepep_num_sms = 20``, passed to DeepEP's
-  ``Buffer.set_num_sms``): the compute they overlap runs on the other SMs, so each second
-  of overlap costs ``20 / sm_count`` of a second of compute (H100: 0.15), above the
-  generic ``comm_overlap_penalty`` of NCCL's channels (``overlap.sm_share_penalty``).
+  ``Buffer.set_num_sms``; HybridEP ``moe_hybridep_num_sms = 16``): the compute they
+  overlap runs on the other SMs, so each second of overlap costs ``20 / sm_count`` of a
+  second of compute (H100: 0.15), above the generic ``comm_overlap_penalty`` of NCCL's
+  channels (``overlap.sm_share_penalty``).
 - ``moe_shared_expert_overlap``: the shared experts run while the routed tokens travel:
   forward collectives hide behind the shared experts' forward, backward behind theirs.
 - Otherwise dispatch and combine are exposed.
