@@ -75,6 +75,11 @@ def _out(hw: HardwareSpec, nbytes: float, nics: int = 1) -> float:
     return _xfer_s(nbytes, _out_bps(hw) * nics, hw.scale_out_half_bytes, 0.0)
 
 
+def out_tier_s(hw: HardwareSpec, nbytes: float) -> float:
+    """Bandwidth time of ``nbytes`` over one rank's NIC (no latency)."""
+    return _out(hw, nbytes)
+
+
 def _flat_ring_s(hw: HardwareSpec, span: GroupSpan, moved: float) -> float:
     """Bandwidth term of a flat ring crossing domains: every ring crosses each boundary
     once, one ring per NIC of the domain, so the bottleneck is min(up, g * out)."""

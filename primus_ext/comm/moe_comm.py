@@ -9,12 +9,15 @@ Dispatchers (``parallel.moe_token_dispatcher_type``, megatron-core):
 - ``alltoall``: one copy per (token, expert) pair: ``T k h`` bytes, of which
   ``(n - g) / n`` leave the domain and ``(g - 1) / n`` cross the scale-up links
   (``collectives.all_to_all_s``). Combine mirrors dispatch; backward mirrors both.
-- ``flex`` (DeepEP / HybridEP kernels, DeepSeek-V3 Sec. 3.2.2): a token crosses the
-  network at most once per destination domain and is fanned out to the experts' GPUs over
-  the scale-up links there, so the network carries ``T h x E[remote domains hit]`` bytes.
+- ``flex`` (DeepEP / HybridEP kernels, DeepSeek-V3 Sec. 3.2.2; ``flex_dispatch_s``): the
+  tokens go unpermuted, once to every EP rank holding one of their experts
+  (``routing.ranks_hit``) at the backend's algorithm bandwidth inside the domain
+  (``hardware.deepep_efficiency`` / ``hybridep_efficiency``, published DeepEP / HybridEP
+  figures), and at most once per destination domain over the network, fanned out over
+  the scale-up links there: the network carries ``T h x E[remote domains hit]`` bytes.
   With group-limited routing (``moe_router_num_groups`` / ``moe_router_group_topk``) a
   token reaches few domains: DeepSeek-V3 on EP 64 over 8 nodes, 8 groups of 32 experts,
-  top-4 groups, top-8 experts: 3.2 remote nodes instead of 7 remote copies.
+  top-4 groups, top-8 experts: 3.5 remote nodes instead of 7 remote copies.
 - ``allgather``: the EP group's tokens are all-gathered (``T h ep`` bytes) and the
   expert outputs reduce-scattered; backward mirrors.
 
@@ -28,10 +31,8 @@ layer and microbatch (on a CPU over gloo, about a millisecond each). The ``allga
 dispatcher all-gathers the routing map (``T E`` booleans) and the router probabilities
 (``T E`` values; their gradient is reduce-scattered back) beside the tokens.
 
-Expected domains hit, under balanced (uniform) routing (``expected_domains_hit``): a
-domain holds ``E / K`` consecutive experts; without groups the ``k`` experts are a
-uniform draw from ``E``; with groups, ``group_topk`` of the ``num_groups`` groups are
-drawn, then ``k`` experts from those groups.
+Expected ranks and domains hit under uniform routing: compute/routing.py
+``expected_domains_hit`` (a domain holds ``E / K`` consecutive experts).
 
 Overlap (``exposed`` windows, comm/overlap.py):
 
@@ -44,21 +45,22 @@ Overlap (``exposed`` windows, comm/overlap.py):
   keeps its collectives exposed.
 - The ``flex`` dispatcher's DeepEP kernels hold ``DEEPEP_NUM_SMS`` SMs while they run
   (megatron-core ``TransformerConfig.moe_deepep_num_sms = 20``, passed to DeepEP's
-  ``Buffer.set_num_sms``): the compute they overlap runs on the other SMs, so each second
-  of overlap costs ``20 / sm_count`` of a second of compute (H100: 0.15), above the
-  generic ``comm_overlap_penalty`` of NCCL's channels (``overlap.sm_share_penalty``).
+  ``Buffer.set_num_sms``; HybridEP ``moe_hybridep_num_sms = 16``): the compute they
+  overlap runs on the other SMs, so each second of overlap costs ``20 / sm_count`` of a
+  second of compute (H100: 0.15), above the generic ``comm_overlap_penalty`` of NCCL's
+  channels (``overlap.sm_share_penalty``).
 - ``moe_shared_expert_overlap``: the shared experts run while the routed tokens travel:
   forward collectives hide behind the shared experts' forward, backward behind theirs.
 - Otherwise dispatch and combine are exposed.
 """
 from __future__ import annotations
 
-from math import comb
-
-from primus_ext.comm.collectives import all_gather_s, network_and_link_s, reduce_scatter_s
+from primus_ext.comm.collectives import _mesh_share, all_gather_s, network_and_link_s, \
+    out_tier_s, reduce_scatter_s
 from primus_ext.comm.groups import group_span
 from primus_ext.comm.overlap import exposed_s, sm_share_penalty
 from primus_ext.compute.costs import CommOp
+from primus_ext.compute.routing import expected_domains_hit, ranks_hit
 from primus_ext.spec.run import RunSpec
 
 _EP_OPS = (("dispatch", "fwd"), ("combine", "fwd"), ("combine_bwd", "bwd"),
@@ -66,57 +68,47 @@ _EP_OPS = (("dispatch", "fwd"), ("combine", "fwd"), ("combine_bwd", "bwd"),
 # SMs the flex dispatcher's DeepEP kernels take (megatron-core transformer_config.py
 # moe_deepep_num_sms, default 20; the DeepEP backend is megatron-core's default for flex).
 DEEPEP_NUM_SMS = 20
+# HybridEP's (transformer_config.py moe_hybridep_num_sms, default 16).
+HYBRIDEP_NUM_SMS = 16
 # The dispatchers' metadata collectives (op names; see the module docstring).
 METADATA_OPS = ("moe.ep_token_counts", "moe.ep_dispatch_probs", "moe.ep_dispatch_probs_bwd",
                 "moe.ep_gather_routing_map", "moe.ep_gather_probs", "moe.ep_gather_probs_bwd")
 
 
-def _p_miss(total: int, avoid: int, draws: int) -> float:
-    """P(a uniform draw of ``draws`` of ``total`` items misses ``avoid`` given items)."""
-    if draws > total - avoid:
-        return 0.0
-    return comb(total - avoid, draws) / comb(total, draws)
-
-
-def expected_domains_hit(num_experts: int, topk: int, num_domains: int,
-                         num_groups: int | None = None,
-                         group_topk: int | None = None) -> float:
-    """Expected number of the ``num_domains`` domains (each holding ``E / K`` consecutive
-    experts) that a token's ``topk`` experts fall in, under uniform routing."""
-    e, k, kd = num_experts, topk, num_domains
-    if kd <= 1:
-        return 1.0
-    per_dom = e / kd
-    if not num_groups or not group_topk or group_topk >= num_groups:
-        miss = _p_miss(e, round(per_dom), k)
-        return kd * (1.0 - miss)
-    g, gk = num_groups, group_topk
-    per_grp = e // g
-    pool = gk * per_grp
-    if g >= kd:  # a domain holds g / K whole groups
-        in_dom = g // kd
-        miss = 0.0
-        for j in range(0, min(in_dom, gk) + 1):
-            p_j = comb(in_dom, j) * comb(g - in_dom, gk - j) / comb(g, gk)
-            miss += p_j * _p_miss(pool, j * per_grp, k)
-    else:  # a group spans K / g domains; the domain lies inside one group
-        p_chosen = gk / g
-        miss = (1 - p_chosen) + p_chosen * _p_miss(pool, round(per_dom), k)
-    return kd * (1.0 - miss)
-
-
 def _ep_bytes(spec: RunSpec, tokens: float, width_bytes: float) -> tuple[float, float]:
-    """(scale-up bytes, network bytes) of one dispatch on one rank."""
-    m, par = spec.model, spec.parallel
+    """(scale-up bytes, network bytes) of one all-to-all dispatch on one rank."""
+    m = spec.model
     span = group_span(spec, "ep")
-    n, g, kd = span.size, span.ranks_per_domain, span.num_domains
+    n, g = span.size, span.ranks_per_domain
     copies = tokens * m.moe_router_topk * width_bytes
-    if par.moe_token_dispatcher_type == "flex" and kd > 1:
-        hit = expected_domains_hit(m.num_moe_experts, m.moe_router_topk, kd,
-                                   m.moe_router_num_groups, m.moe_router_group_topk)
-        remote = hit * (kd - 1) / kd
-        return copies * (g - 1) / g, tokens * width_bytes * remote
     return copies * (g - 1) / n, copies * (n - g) / n
+
+
+def flex_dispatch_s(spec: RunSpec, span, tokens: float, width_bytes: float) -> float:
+    """One DeepEP / HybridEP dispatch (or combine) of ``tokens`` tokens on one rank.
+
+    The kernels send a token once to every EP rank that holds one of its experts
+    (``routing.ranks_hit``; megatron-core ``_DeepepManager.dispatch`` passes the token
+    indices, not permuted copies) at the backend's algorithm bandwidth inside the
+    scale-up domain (``hardware.deepep_efficiency`` / ``hybridep_efficiency``: published
+    figures that count every (token, rank) copy), and once to every other domain that
+    holds one over the NIC (``expected_domains_hit``), forwarded over the scale-up links
+    there; the two tiers run concurrently."""
+    m, hw = spec.model, spec.cluster.hardware
+    n, kd = span.size, span.num_domains
+    backend = spec.parallel.moe_flex_dispatcher_backend
+    eff = (hw.hybridep_efficiency if backend == "hybridep" else hw.deepep_efficiency)
+    eff = eff or hw.scale_up_a2a_efficiency
+    share = _mesh_share(hw, span, span.ranks_per_domain)
+    per_rank = ranks_hit(m, n)
+    t_up = tokens * width_bytes * per_rank / (hw.scale_up_gbps * 1e9 * eff * share)
+    t_out = 0.0
+    if kd > 1:
+        dom = expected_domains_hit(m.num_moe_experts, m.moe_router_topk, kd,
+                                   m.moe_router_num_groups, m.moe_router_group_topk)
+        t_out = out_tier_s(hw, tokens * width_bytes * dom * (kd - 1) / kd)
+    base = hw.scale_up_latency_s if kd == 1 else hw.scale_out_latency_s
+    return base + max(t_up, t_out)
 
 
 def ep_comm_ops(spec: RunSpec, tokens: float, width_bytes: float, *,
@@ -143,6 +135,11 @@ def ep_comm_ops(spec: RunSpec, tokens: float, width_bytes: float, *,
         coll = {"dispatch": "all_gather", "combine": "reduce_scatter",
                 "combine_bwd": "all_gather", "dispatch_bwd": "reduce_scatter"}
         size = nbytes
+    elif par.moe_token_dispatcher_type == "flex":
+        t = flex_dispatch_s(spec, span, tokens * busiest, width_bytes)
+        secs = {n: t for n, _ in _EP_OPS}
+        coll = {n: "all_to_all" for n, _ in _EP_OPS}
+        size = tokens * ranks_hit(spec.model, span.size) * width_bytes
     else:
         up, out = _ep_bytes(spec, tokens * busiest, width_bytes)
         t = network_and_link_s(hw, span, up, out, a2a=True)
@@ -151,7 +148,8 @@ def ep_comm_ops(spec: RunSpec, tokens: float, width_bytes: float, *,
         size = tokens * spec.model.moe_router_topk * width_bytes
     total = sum(secs.values())
     merged = merged_fraction(spec) if par.overlap_moe_expert_parallel_comm else 0.0
-    pen = (sm_share_penalty(hw, DEEPEP_NUM_SMS)
+    pen = (sm_share_penalty(hw, HYBRIDEP_NUM_SMS if par.moe_flex_dispatcher_backend ==
+                            "hybridep" else DEEPEP_NUM_SMS)
            if par.moe_token_dispatcher_type == "flex" else None)
     ops = []
     for name, phase in _EP_OPS:

@@ -82,11 +82,16 @@ def asymptotic_efficiency(hw: HardwareSpec, dtype: str) -> float:
 def gemm_time_s(hw: HardwareSpec, m: float, n: float, k: float, *, dtype: str = "bf16",
                 out_bytes: float = 2.0, batch: int = 1, grouped: bool = False,
                 aligned: bool = True, in_step: bool = False,
-                streams: int = GROUPED_STREAMS, source_bytes: float = 0.0) -> float:
+                streams: int = GROUPED_STREAMS, source_bytes: float = 0.0,
+                one_kernel: bool = False) -> float:
     """Seconds for ``batch`` GEMMs of shape M x N x K (one kernel, or one per group when
     ``grouped``, on ``streams`` CUDA streams). ``m`` may be fractional (expected rows per
     expert). ``source_bytes``: bytes per output element of an accumulation source C
-    (0 for ``beta = 0``)."""
+    (0 for ``beta = 0``). ``one_kernel``: a grouped GEMM issued as one kernel over all
+    groups (a true grouped kernel, e.g. Transformer Engine's CuTe DSL grouped MLP): every
+    group's tiles share the machine (no stream limit) and one launch and fill are paid."""
+    if one_kernel:
+        streams = max(batch, 1)
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
     tile = hw.gemm_tile
@@ -109,7 +114,7 @@ def gemm_time_s(hw: HardwareSpec, m: float, n: float, k: float, *, dtype: str = 
                                                              streams))
     t_stream = ((m * k + k * n) * in_bytes + m * n * source_bytes) * batch / bw
     t_epilogue = m * n * out_bytes * batch / bw
-    kernels = batch if grouped else 1
+    kernels = batch if grouped and not one_kernel else 1
     return (max(t_compute, t_stream) + t_epilogue
             + kernels * (hw.gemm_fill_s + hw.kernel_overhead_s))
 

@@ -280,11 +280,14 @@ def graphed_parts(spec, moe: bool) -> frozenset[str]:
     enums.CudaGraphModule): 'attn'; 'mlp' (dense layers); 'moe' (drop-and-pad MoE layers
     only: every shape static); 'layer' (the whole layer, its MoE part only when padded:
     a dropless dispatch syncs with the host, which no graph can hold); 'full_iteration'
-    (the step's forward and backward, the same rule)."""
+    (the step's forward and backward, MoE layers included: a full-iteration capture runs
+    only with a sync-free MoE, as the recipes that use it set up -- Megatron-Bridge 26.08
+    ``_enable_hybridep_full_iteration_mxfp8``: HybridEP with ``moe_paged_stash`` and
+    ``moe_expert_rank_capacity_factor``, fixed-size receive buffers)."""
     scope = set(spec.train.cuda_graph_scope)
     m = spec.model
-    static_moe = m.moe_expert_capacity_factor is not None \
-        and m.moe_pad_expert_input_to_capacity
+    static_moe = (m.moe_expert_capacity_factor is not None
+                  and m.moe_pad_expert_input_to_capacity) or "full_iteration" in scope
     out = set()
     whole = bool(scope & {"layer", "full_iteration"})
     if whole or "attn" in scope:

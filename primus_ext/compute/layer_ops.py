@@ -12,13 +12,15 @@ every rank sends an expert at most its capacity, exactly the capacity when padde
 from __future__ import annotations
 
 from dataclasses import replace
-from math import ceil, sqrt
-from statistics import NormalDist
+from math import ceil
 
+from primus_ext.compute.gemm import GROUPED_STREAMS
 from primus_ext.compute.attention import flash_attention, mean_keys_per_query, \
     unfused_attention
 from primus_ext.compute.ops import OpCost, Shapes, bias_dropout_add, gated_activation, \
     linear, memory_op, norm
+from primus_ext.compute.routing import expected_max_normal  # noqa: F401
+from primus_ext.compute.routing import ranks_hit, routing_spread_factor
 from primus_ext.compute.torch_ring import is_torch_ring, ring_merge_op
 
 
@@ -158,42 +160,6 @@ def routed_fraction(sh: Shapes) -> float:
     return kept / per
 
 
-def expected_max_normal(n: int) -> float:
-    """E[max of n iid standard normals] (0 for n <= 1; exact for 2, Blom otherwise)."""
-    if n <= 1:
-        return 0.0
-    if n == 2:
-        return 1.0 / sqrt(3.141592653589793)
-    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
-
-
-def routing_spread_factor(sh: Shapes) -> float:
-    """Busiest EP rank's routed rows over the mean, under balanced routing.
-
-    Balanced routing is uniform random routing: megatron-core's benchmark mode
-    (``moe_router_force_load_balancing``, ``moe_utils.RandomSTE``) replaces the router
-    logits with standard normals, so each token picks ``k`` distinct experts uniformly. A
-    rank holding ``E / ep`` experts receives from each of the ``N = ep * etp * T`` tokens
-    of its group a hypergeometric count (mean ``k / ep``, variance ``k p (1 - p) (E - k)
-    / (E - 1)``, ``p = 1 / ep``); the combine all-to-all waits for the busiest of ``ep``
-    ranks. The ranks' loads sum to ``N k`` (correlation ``-1 / (ep - 1)``), so the
-    busiest is ``1 + cv * sqrt(ep / (ep - 1)) * E[max of ep standard normals]`` (for two
-    ranks ``cv * sqrt(2 / pi)``, exact). Token dropping caps every expert at its capacity
-    (exactly, when padded; at the mean for factors up to 1): 1."""
-    m = sh.model
-    ep = sh.ep
-    if ep <= 1 or m.moe_expert_capacity_factor is not None:
-        return 1.0
-    e, k = m.num_moe_experts, m.moe_router_topk
-    n = ep * sh.etp * sh.sp_tokens
-    if n <= 0 or e <= 1:
-        return 1.0
-    p = 1.0 / ep
-    mean = n * k * p
-    var = n * k * p * (1 - p) * (e - k) / (e - 1)
-    return 1.0 + sqrt(var) / mean * sqrt(ep / (ep - 1)) * expected_max_normal(ep)
-
-
 def _slowed(op: OpCost, factor: float) -> OpCost:
     if factor == 1.0:
         return op
@@ -222,9 +188,17 @@ def _router_dtype(sh: Shapes) -> str:
 def moe_ops(sh: Shapes) -> list[OpCost]:
     """Router, permute, grouped expert GEMMs, unpermute, shared experts.
 
-    Permutes are gathers/scatters at ``gather_hbm_efficiency``: the first copies each
-    token ``topk`` times into dispatch order, the second (with several local experts and
-    EP) regroups the received rows by expert; unpermute and unsort mirror them.
+    Permutes are gathers/scatters at ``gather_hbm_efficiency``. The alltoall dispatcher
+    (megatron-core ``MoEAlltoAllTokenDispatcher``) copies each token ``topk`` times into
+    dispatch order before the all-to-all and, with several local experts and EP,
+    regroups the received rows by expert after it (``sort_chunks_by_idxs``); unpermute
+    and unsort mirror them. The flex dispatcher sends the tokens unpermuted
+    (``_DeepepManager.dispatch`` takes the token indices): DeepEP permutes the received
+    tokens into expert order once (``get_permuted_hidden_states_by_experts``, read the
+    ``ranks_hit`` copies a rank receives, write its routed rows) and unpermutes before the
+    combine; HybridEP permutes inside its dispatch and combine kernels
+    (``_HybridEPManager``: "dispatch ... and permute tokens for experts in single
+    step"), so no permute kernel runs.
     """
     m = sh.model
     h, ts, k, e = sh.hidden, sh.sp_tokens, m.moe_router_topk, m.num_moe_experts
@@ -237,30 +211,94 @@ def moe_ops(sh: Shapes) -> list[OpCost]:
     ops = [norm(sh, "pre_mlp_layernorm", ts, h),
            linear(sh, "router", "moe", ts, h, e, dtype=_router_dtype(sh)),
            memory_op(sh, "router_topk", "moe", 4 * logits, 3 * logits, fwd_kernels=4,
-                     bwd_kernels=3),
-           memory_op(sh, "permute", "moe", ts * h * ab + routed * h * ab,
-                     ts * h * ab + routed * h * ab, gather=True)]
-    sort = local > 1 and sh.ep > 1
+                     bwd_kernels=3)]
+    flex = sh.par.moe_token_dispatcher_type == "flex" and sh.ep > 1
+    backend = sh.par.moe_flex_dispatcher_backend
     # ops on the received rows run as long as the busiest rank's (routing_spread_factor)
     spread = routing_spread_factor(sh)
     expert_ops = []
-    if sort:
-        expert_ops.append(memory_op(sh, "sort_chunks", "moe", 2 * rows * h * ab,
-                                    2 * rows * h * ab, gather=True))
-    expert_ops.append(linear(sh, "experts_fc1", "moe", rows_e, h, fc1_out, groups=local))
-    expert_ops.append(gated_activation(sh, "experts_act", "moe_act", rows, f))
-    expert_ops.append(linear(sh, "experts_fc2", "moe", rows_e, f, h, groups=local))
-    if sort:
-        expert_ops.append(memory_op(sh, "unsort_chunks", "moe", 2 * rows * h * ab,
-                                    2 * rows * h * ab, gather=True))
+    if flex:
+        if backend == "deepep":
+            recv = ts * ranks_hit(m, sh.ep) * routed_fraction(sh)
+            moved = (recv + rows) * h * ab
+            expert_ops.append(memory_op(sh, "permute", "moe", moved, moved, gather=True))
+    else:
+        ops.append(memory_op(sh, "permute", "moe", ts * h * ab + routed * h * ab,
+                             ts * h * ab + routed * h * ab, gather=True))
+        if local > 1 and sh.ep > 1:
+            expert_ops.append(memory_op(sh, "sort_chunks", "moe", 2 * rows * h * ab,
+                                        2 * rows * h * ab, gather=True))
+    expert_ops += expert_mlp_ops(sh, rows_e, rows, local, f, fc1_out)
+    if flex:
+        if backend == "deepep":
+            moved = (recv + rows) * h * ab + rows * 4
+            expert_ops.append(memory_op(sh, "unpermute", "moe", moved, moved, gather=True))
+    else:
+        if local > 1 and sh.ep > 1:
+            expert_ops.append(memory_op(sh, "unsort_chunks", "moe", 2 * rows * h * ab,
+                                        2 * rows * h * ab, gather=True))
     ops += [_slowed(o, spread) for o in expert_ops]
-    ops.append(memory_op(sh, "unpermute", "moe", routed * h * ab + ts * h * ab + routed * 4,
-                         routed * h * ab + ts * h * ab + routed * 4, gather=True))
+    if not flex:
+        ops.append(memory_op(sh, "unpermute", "moe",
+                             routed * h * ab + ts * h * ab + routed * 4,
+                             routed * h * ab + ts * h * ab + routed * 4, gather=True))
     if m.moe_shared_expert_intermediate_size:
         ops += dense_mlp_ops(sh, m.moe_shared_expert_intermediate_size, "shared_",
                              "shared_experts")
     ops.append(bias_dropout_add(sh, "mlp_bda", ts))
     return ops
+
+
+def expert_mlp_ops(sh: Shapes, rows_e: float, rows: float, local: int, f: int,
+                   fc1_out: int) -> list[OpCost]:
+    """The local experts' fc1, activation and fc2, by how megatron-core runs them:
+
+    - ``moe_grouped_gemm`` (TEGroupedMLP): Transformer Engine's GroupedLinear, one cuBLAS
+      GEMM per expert on four streams (compute/gemm.py GROUPED_STREAMS);
+    - without it, SequentialMLP (megatron-core moe/experts.py): ``for expert in
+      self.local_experts`` each expert's own MLP in turn, one GEMM at a time on the
+      current stream (``streams=1``);
+    - ``moe_fused_grouped_mlp`` (``use_transformer_engine_op_fuser`` with TE's CuTe DSL
+      fused grouped MLP, TE PR 2622 "a fused operation for a grouped MLP block ... an MXFP8
+      grouped GEMM and SwiGLU"): fc1 and fc2 each one grouped kernel over all local
+      experts, the SwiGLU with the routing probabilities and the quantisation of fc2's
+      input in fc1's epilogue, their gradients in fc2's dgrad epilogue (megatron-core
+      experts.py TEGroupedMLP._is_fused_impl_supported: gated SwiGLU / quick-GEGLU
+      only): no activation kernel and no cast of fc2's input or fc1's output gradient.
+    """
+    par = sh.par
+    fused = par.moe_fused_grouped_mlp and sh.model.gated and sh.etp == 1
+    if fused:
+        ops = [linear(sh, "experts_fc1", "moe", rows_e, sh.hidden, fc1_out, groups=local,
+                      one_kernel=True, cast_grad=False),
+               linear(sh, "experts_fc2", "moe", rows_e, f, sh.hidden, groups=local,
+                      one_kernel=True, cast_input=False)]
+    else:
+        streams = GROUPED_STREAMS if par.moe_grouped_gemm else 1
+        ops = [linear(sh, "experts_fc1", "moe", rows_e, sh.hidden, fc1_out, groups=local,
+                      streams=streams),
+               gated_activation(sh, "experts_act", "moe_act", rows, f),
+               linear(sh, "experts_fc2", "moe", rows_e, f, sh.hidden, groups=local,
+                      streams=streams)]
+    return _fp8_padding(sh, ops, rows)
+
+
+def _fp8_padding(sh: Shapes, ops: list[OpCost], rows: float) -> list[OpCost]:
+    """FP8 grouped GEMMs need every expert's rows padded to the quantisation block
+    (megatron-core experts.py TEGroupedMLP.forward: ``quantization_padding`` /
+    ``quantization_unpadding``, Transformer Engine fp8_padding.py ``Fp8Padding``: 16 rows,
+    32 for MXFP8): a dropless routing's counts are not multiples of it, so the input is
+    copied into a padded buffer (``fused_multi_row_padding``) and the output back out, and
+    the backward mirrors both. None with token dropping padded to capacity or with the
+    router padding the routing map itself (``--moe-router-padding-for-fp8 /
+    -quantization``: parallel.moe_router_terms 'padding')."""
+    m = sh.model
+    if (sh.gemm_dtype != "fp8" or m.moe_expert_capacity_factor is not None
+            or "padding" in sh.par.moe_router_terms):
+        return ops
+    moved = 2 * rows * sh.hidden * sh.act_bytes  # read and write the rows
+    return ([memory_op(sh, "fp8_padding", "moe", moved, moved)] + ops
+            + [memory_op(sh, "fp8_unpadding", "moe", moved, moved)])
 
 
 def mlp_block_ops(sh: Shapes, moe: bool) -> list[OpCost]:

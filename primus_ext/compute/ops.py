@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from primus_ext.compute.gemm import (WGRAD_OUT_BYTES, WGRAD_SOURCE_BYTES, gemm_time_s,
-                                      is_aligned)
+from primus_ext.compute.gemm import (GROUPED_STREAMS, WGRAD_OUT_BYTES, WGRAD_SOURCE_BYTES,
+                                      gemm_time_s, is_aligned)
 from primus_ext.spec.run import RunSpec
 
 
@@ -70,20 +70,25 @@ class Shapes:
 
 
 def linear(sh: Shapes, name: str, module: str, tokens: float, d_in: int, d_out: int, *,
-           dtype: str | None = None, groups: int = 1) -> OpCost:
+           dtype: str | None = None, groups: int = 1, streams: int = GROUPED_STREAMS,
+           one_kernel: bool = False, cast_input: bool = True,
+           cast_grad: bool = True) -> OpCost:
     """A linear layer ``[tokens, d_in] @ [d_in, d_out]`` as three GEMMs.
 
-    ``groups > 1``: a grouped GEMM over ``groups`` local experts with ``tokens`` rows each.
-    FP8 GEMMs add the quantisation casts of their inputs as memory-bound kernels: the
-    activation in forward and the output gradient in backward, each read in BF16 and
-    written as row- and column-wise FP8 copies (the weights' FP8 copies are cached across
-    microbatches by Transformer Engine and not counted).
+    ``groups > 1``: a grouped GEMM over ``groups`` local experts with ``tokens`` rows each,
+    on ``streams`` CUDA streams (one: a per-expert loop), or as ``one_kernel``
+    (compute/gemm.py). FP8 GEMMs add the quantisation casts of their inputs as
+    memory-bound kernels: the activation in forward and the output gradient in backward,
+    each read in BF16 and written as row- and column-wise FP8 copies (the weights' FP8
+    copies are cached across microbatches by Transformer Engine and not counted);
+    ``cast_input`` / ``cast_grad`` False: a fused producer writes them quantised.
     """
     hw = sh.hw
     dtype = dtype or sh.gemm_dtype
     grouped = groups > 1
     aligned = is_aligned(d_in, d_out)
-    kw = dict(dtype=dtype, batch=groups, grouped=grouped, aligned=aligned, in_step=True)
+    kw = dict(dtype=dtype, batch=groups, grouped=grouped, aligned=aligned, in_step=True,
+              streams=streams, one_kernel=one_kernel)
     t_f = gemm_time_s(hw, tokens, d_out, d_in, **kw)
     t_d = gemm_time_s(hw, tokens, d_in, d_out, **kw)
     t_w = gemm_time_s(hw, d_in, d_out, tokens, out_bytes=WGRAD_OUT_BYTES,
@@ -93,15 +98,18 @@ def linear(sh: Shapes, name: str, module: str, tokens: float, d_in: int, d_out: 
     b_f = (tokens * d_in + tokens * d_out) * groups * in_b + d_in * d_out * groups * in_b
     b_b = 2 * b_f
     # One GEMM per group (TE GroupedLinear: one cuBLAS call per local expert).
-    k_f, k_b = groups, 2 * groups
+    k_f, k_b = (1, 2) if one_kernel else (groups, 2 * groups)
     if dtype == "fp8":
-        cast_f = tokens * d_in * groups * 4.0  # read bf16, write two fp8 copies
-        cast_b = tokens * d_out * groups * 4.0
-        t_f += cast_f / sh.bw + sh.overhead
-        t_d += cast_b / sh.bw + sh.overhead
-        b_f += cast_f
-        b_b += cast_b
-        k_f, k_b = k_f + 1, k_b + 1
+        if cast_input:
+            cast_f = tokens * d_in * groups * 4.0  # read bf16, write two fp8 copies
+            t_f += cast_f / sh.bw + sh.overhead
+            b_f += cast_f
+            k_f += 1
+        if cast_grad:
+            cast_b = tokens * d_out * groups * 4.0
+            t_d += cast_b / sh.bw + sh.overhead
+            b_b += cast_b
+            k_b += 1
     return OpCost(name, module, t_f, t_d, t_w, flops, flops, flops, b_f, b_b, k_f, k_b)
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 
-from primus_ext.compute.layer_ops import expected_max_normal
+from primus_ext.compute.routing import expected_max_normal
 
 
 def _cv(values: list[float]) -> float | None:

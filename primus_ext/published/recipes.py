@@ -115,7 +115,8 @@ import re
 from dataclasses import dataclass, field
 
 from primus_ext.presets import recipe_defaults
-from primus_ext.published import own_stack
+from primus_ext.published import moe_sources, own_stack
+from primus_ext.published.bridge_moe import bridge_moe
 from primus_ext.published.perf_matrix import (BRIDGE_0_1, perf_matrix_cuda_graphs,
                                               perf_matrix_memory)
 
@@ -127,6 +128,7 @@ class Recipe:
     """Overrides for ParallelSpec / TrainSpec keyword arguments, and their notes."""
     parallel: dict = field(default_factory=dict)
     train: dict = field(default_factory=dict)
+    model: dict = field(default_factory=dict)  # ModelSpec fields (token dropping, MTP)
     notes: list = field(default_factory=list)
     sets_recompute: bool = False  # the recipe states the recompute setting
     # The run's own source states its recompute (not a recipe family's default): the
@@ -190,6 +192,12 @@ def recipe_for(f: RowFacts) -> Recipe:
             _nvidia_perf(f, rec)
         elif f.source.startswith("AMD-Primus"):
             _amd_primus(f, rec)
+            if f.source.startswith("AMD-Primus-moe-package"):
+                moe_sources.primus_moe_package(f, rec)
+        elif f.source.startswith("Megatron-MoE-ModelZoo"):
+            moe_sources.modelzoo(f, rec)
+        elif f.source.startswith("NeMo-Automodel"):
+            moe_sources.automodel(f, rec)
         _current_recipe_gaps(f, rec)
     return rec
 
@@ -259,6 +267,13 @@ def _nvidia_perf(f: RowFacts, rec: Recipe) -> None:
                              "(recompute_layers=0 / recompute_granularity=None))")
     if dsv3 and f.source.startswith("MegatronBridge"):
         _dsv3_bridge(f, rec)
+    if f.is_moe and f.source.startswith("MegatronBridge"):
+        bridge_moe(f, rec)  # published/bridge_moe.py: the release's MoE settings
+    if f.is_moe:
+        rec.set("train", "moe_routing_data", "mock",
+                f"{src}: mock data (Megatron-Bridge scripts/performance argument_parser.py "
+                "--data default 'mock', perf_recipes mock=True; NeMo 2.0 llm recipes' "
+                "MockDataModule): random token ids")
     elif f.is_moe and f.source.startswith("NeMo-FW"):
         rec.set("parallel", "moe_shared_expert_overlap", True,
                 f"{src}: NeMo 2.0 all-to-all dispatcher with shared-expert overlap")
@@ -318,6 +333,10 @@ def _amd_primus(f: RowFacts, rec: Recipe) -> None:
         rec.set("parallel", "align_param_gather", True, "AMD Primus primus/configs/"
                 "modules/megatron/trainer_base.yaml: align_param_gather true (Megatron-LM's "
                 "default since core_r0.9.0, --no-align-param-gather)")
+    if f.is_moe:
+        rec.set("train", "moe_routing_data", "mock", "AMD Primus example configs "
+                "(examples/megatron/configs/*, examples/moe_package/configs/*): mock_data "
+                "true: random token ids")
     found = PRIMUS_CONFIGS.get((f.gpu.upper(), f.model_preset or ""))
     if found is None or f.recompute_stated:
         return

@@ -75,6 +75,11 @@ class HardwareSpec:
     # ll_fraction floor applies to the scale-up tier only (comm/collectives.py).
     scale_up_efficiency: float = 0.75  # ring all-reduce / all-gather bus bw / link bw
     scale_up_a2a_efficiency: float = 0.70  # all-to-all bus bw / link bw
+    # The flex dispatcher's kernels inside the scale-up domain (comm/moe_comm.py): their
+    # published algorithm bandwidth (every (token, rank) copy, the rank's own included)
+    # over scale_up_gbps, DeepEP's normal kernels and HybridEP's; None: the all-to-all's.
+    deepep_efficiency: float | None = None
+    hybridep_efficiency: float | None = None
     scale_out_efficiency: float = 0.75  # achieved fraction of the per-GPU NIC bandwidth
     scale_up_half_bytes: float = 8e6  # message bytes at half of peak bus bw (scale-up)
     scale_out_half_bytes: float = 8e6  # the same on the NICs
@@ -150,6 +155,10 @@ class HardwareSpec:
                   "ll_bandwidth_fraction", "flash2_attention_ratio"):
             v = getattr(self, f)
             if not 0 < v <= 1:
+                raise ValueError(f"hardware.{f}={v} must be in (0, 1]")
+        for f in ("deepep_efficiency", "hybridep_efficiency"):
+            v = getattr(self, f)
+            if v is not None and not 0 < v <= 1:
                 raise ValueError(f"hardware.{f}={v} must be in (0, 1]")
         positive(_OWNER, "gemm_tile", self.gemm_tile)
         positive(_OWNER, "gemm_tile_n", self.gemm_tile_n)

@@ -106,6 +106,12 @@ class ParallelSpec:
     moe_router_fusion: bool = False
     moe_router_load_balancing_type: str = "aux_loss"
     moe_flex_dispatcher_backend: str = "deepep"
+    # TransformerConfig.use_transformer_engine_op_fuser with Transformer Engine's CuTe DSL
+    # fused grouped MLP (NVTE_CUTEDSL_FUSED_GROUPED_MLP=1; megatron-core experts.py
+    # TEGroupedMLP._is_fused_impl_supported): fc1, the gated activation with the routing
+    # probabilities and fc2 of all local experts as grouped kernels, the activation (and
+    # its quantisation) in the GEMM epilogue.
+    moe_fused_grouped_mlp: bool = False
     # The router's optional terms (megatron-core moe/router.py TopKRouter.routing and
     # moe_utils.py; ROUTER_TERMS): each adds kernels to every MoE layer, some a
     # reduction and a read-back per step (compute/host.py ROUTER_TERM_WORK).

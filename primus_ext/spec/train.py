@@ -107,6 +107,17 @@ class TrainSpec:
     # --moe-router-force-load-balancing: tokens routed uniformly to the experts (benchmark
     # runs), so no expert-parallel rank waits on a busier one.
     moe_router_force_load_balancing: bool = False
+    # --fp8-dot-product-attention (TransformerConfig.fp8_dot_product_attention): the fused
+    # attention's two batched GEMMs in FP8 (cuDNN FP8 flash attention); FP8 runs only.
+    fp8_dot_product_attention: bool = False
+    # Every expert receives exactly ``tokens * topk / experts`` rows (NeMo AutoModel's
+    # FakeBalancedGate with noise 0), not the random spread of forced balancing.
+    moe_router_exact_balance: bool = False
+    # What the router routes (compute/routing.py): 'real' = text, through a learned
+    # router whose per-expert loads are skewed within a micro-batch (the busiest EP rank
+    # waits); 'mock' = uniformly random token ids (Megatron-LM --mock-data, NeMo /
+    # Megatron-Bridge mock datasets), which a router spreads as evenly as forced balancing.
+    moe_routing_data: str = "real"
     # Megatron-LM's training loop (project/host_step.py): --log-params-norm (an L2 norm
     # of every parameter, all-reduced and read back each iteration),
     # --log-num-zeros-in-grad (zeros counted in every gradient and read back), and CUDA
@@ -162,6 +173,7 @@ class TrainSpec:
         one_of(_OWNER, "exp_avg_dtype", self.exp_avg_dtype, EXP_AVG_DTYPES)
         one_of(_OWNER, "exp_avg_sq_dtype", self.exp_avg_sq_dtype, EXP_AVG_DTYPES)
         one_of(_OWNER, "moe_router_dtype", self.moe_router_dtype, (None, "fp32"))
+        one_of(_OWNER, "moe_routing_data", self.moe_routing_data, ("real", "mock"))
         if not self.use_precision_aware_optimizer and (
                 self.main_grads_dtype, self.exp_avg_dtype, self.exp_avg_sq_dtype) != (
                 "fp32", "fp32", "fp32"):

@@ -172,7 +172,8 @@ def test_balanced_routing_spread_matches_megatron_core_random_routing():
     from primus_ext.compute.layer_ops import routing_spread_factor
     experts, topk, ep, seq = 16, 2, 4, 64
     spec = run(mixtral(num_layers=2, num_moe_experts=experts, moe_router_topk=topk),
-               ep=ep, nodes=1, gpn=4, train=dict(seq_length=seq, global_batch_size=64))
+               ep=ep, nodes=1, gpn=4, train=dict(seq_length=seq, global_batch_size=64,
+                                                 moe_router_force_load_balancing=True))
     sh = Shapes(spec)
     assert sh.sp_tokens == seq
     g = torch.Generator().manual_seed(0)

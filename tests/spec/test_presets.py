@@ -71,6 +71,12 @@ PUBLISHED = {
                                  "22B activated)", "22"),
     "gpt_oss_120b": Published("116.83", "gpt-oss model card arXiv:2508.10925 Table 1 "
                               "(116.83B total, 5.13B active)", "5.13", "no_input_emb"),
+    "gpt_oss_20b": Published("20.91", "gpt-oss model card arXiv:2508.10925 Table 1 "
+                             "(20.91B total, 3.61B active)", "3.61", "no_input_emb"),
+    "deepseek_v2": Published("236", "arXiv:2405.04434 Sec. 3.1 (236B total, 21B activated)",
+                             "21", "no_input_emb"),
+    "deepseek_v2_lite": Published("15.7", "arXiv:2405.04434 Appendix B (DeepSeek-V2-Lite: "
+                                  "15.7B total, 2.4B activated)", "2.4", "no_input_emb"),
     "grok1_314b": Published("314", "github.com/xai-org/grok-1 README (314B; active not "
                             "stated)"),
     # llm-foundry prints the exact NumParams of its benchmark runs (seq 2048).

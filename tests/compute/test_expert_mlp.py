@@ -1,0 +1,83 @@
+"""How megatron-core runs the local experts (layer_ops.expert_mlp_ops) and what the flex
+dispatcher spares (layer_ops.moe_ops).
+
+- TEGroupedMLP (--moe-grouped-gemm): one GEMM per expert on Transformer Engine's four
+  streams; SequentialMLP (without it, megatron-core moe/experts.py: ``for expert in
+  self.local_experts``): the same GEMMs one after another, so at a few hundred rows per
+  expert most SMs idle; the fused grouped MLP (use_transformer_engine_op_fuser, TE's
+  CuTe DSL kernel): one grouped kernel per GEMM, no activation kernel, fc2's input
+  written quantised by fc1's epilogue.
+- FP8 grouped GEMMs of a dropless MoE pad every expert's rows (Transformer Engine
+  Fp8Padding, megatron-core TEGroupedMLP.forward): two row copies forward and two
+  backward, none with token dropping padded to capacity or router-side padding.
+- The flex dispatcher sends tokens unpermuted: DeepEP permutes the received rows once,
+  HybridEP inside its kernels; the alltoall dispatcher permutes before and sorts after.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from sim_specs import run
+from primus_ext.compute.layer_ops import moe_ops
+from primus_ext.compute.ops import Shapes
+from primus_ext.spec import ModelSpec
+
+
+def _qwen(**kw) -> ModelSpec:
+    base = dict(name="qwen3_30b", num_layers=4, hidden_size=2048, num_attention_heads=32,
+                num_query_groups=4, kv_channels=128, ffn_hidden_size=6144,
+                vocab_size=151936, num_moe_experts=128, moe_router_topk=8,
+                moe_ffn_hidden_size=768)
+    base.update(kw)
+    return ModelSpec(**base)
+
+
+def _ops(model=None, train=None, **par):
+    spec = run(model or _qwen(), ep=8, nodes=1, train=train or {}, **par)
+    return {o.name: o for o in moe_ops(Shapes(spec))}
+
+
+def _t(o):
+    return o.fwd_s + o.dgrad_s + o.wgrad_s
+
+
+def test_sequential_experts_are_slower_than_four_streams_at_small_rows():
+    short = dict(seq_length=512)  # 512 tokens x 8 over 16 local experts: 256 rows each
+    grouped = _ops(train=short)
+    loop = _ops(moe_grouped_gemm=False, train=short)
+    for name in ("experts_fc1", "experts_fc2"):
+        assert loop[name].fwd_kernels == grouped[name].fwd_kernels == 16
+        assert _t(loop[name]) > 1.5 * _t(grouped[name]), name
+
+
+def test_fused_grouped_mlp_is_one_kernel_without_activation():
+    fused = _ops(moe_fused_grouped_mlp=True, train=dict(precision="fp8",
+                                                        fp8_recipe="mxfp8"))
+    plain = _ops(train=dict(precision="fp8", fp8_recipe="mxfp8"))
+    assert "experts_act" not in fused and "experts_act" in plain
+    assert fused["experts_fc1"].fwd_kernels == 1 + 1  # one grouped GEMM and its input cast
+    assert fused["experts_fc2"].fwd_kernels == 1  # input written quantised by fc1
+    assert plain["experts_fc2"].fwd_kernels == 16 + 1
+    total = sum(_t(o) for n, o in fused.items() if n.startswith("experts"))
+    assert total < sum(_t(o) for n, o in plain.items() if n.startswith("experts"))
+
+
+def test_fp8_dropless_experts_pad_their_rows():
+    fp8 = dict(precision="fp8")
+    assert {"fp8_padding", "fp8_unpadding"} <= set(_ops(train=fp8))
+    assert "fp8_padding" not in _ops()  # bf16
+    # router-side padding (--moe-router-padding-for-fp8) or capacity padding: no copies
+    assert "fp8_padding" not in _ops(train=fp8, moe_router_terms=("padding",))
+    capped = _qwen(moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True)
+    assert "fp8_padding" not in _ops(model=capped, train=fp8)
+
+
+def test_flex_dispatchers_skip_the_alltoall_permutations():
+    a2a = _ops()
+    deepep = _ops(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="deepep")
+    hybrid = _ops(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep")
+    assert {"permute", "sort_chunks", "unsort_chunks", "unpermute"} <= set(a2a)
+    assert {"permute", "unpermute"} <= set(deepep)
+    assert "sort_chunks" not in deepep
+    assert not {"permute", "sort_chunks", "unsort_chunks", "unpermute"} & set(hybrid)
+    assert _t(deepep["permute"]) < _t(a2a["permute"]) + _t(a2a["sort_chunks"])
