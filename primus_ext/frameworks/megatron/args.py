@@ -23,6 +23,8 @@ import sys
 from dataclasses import dataclass
 
 from primus_ext.frameworks.megatron import layout_string
+from primus_ext.frameworks.megatron.impl_flags import (cuda_graph_scope, moe_impl,
+                                                     router_dtype)
 from primus_ext.frameworks.megatron.model_flags import model_spec
 from primus_ext.frameworks.megatron.no_effect import NO_EFFECT
 from primus_ext.frameworks.megatron.table import BY_NAME, FLAGS
@@ -234,78 +236,13 @@ def _parallel(ns, n: Notes) -> ParallelSpec:
         overlap_moe_expert_parallel_comm=ns.overlap_moe_expert_parallel_comm,
         moe_shared_expert_overlap=ns.moe_shared_expert_overlap,
         cp_comm_type=_cp_comm_type(ns, n),
-        **_moe_impl(ns),
+        **moe_impl(ns),
         decoder_first_pipeline_num_layers=ns.decoder_first_pipeline_num_layers,
         decoder_last_pipeline_num_layers=ns.decoder_last_pipeline_num_layers,
         account_for_embedding_in_pipeline_split=ns.account_for_embedding_in_pipeline_split,
         account_for_loss_in_pipeline_split=ns.account_for_loss_in_pipeline_split,
         pipeline_layout=layout)
     return par
-
-
-def _moe_impl(ns) -> dict:
-    """The MoE kernel and module choices of the launch line; a dense model keeps the
-    spec's defaults (the fields do not apply)."""
-    if not ns.num_experts:
-        return {}
-    return dict(moe_grouped_gemm=ns.moe_grouped_gemm or ns.moe_use_legacy_grouped_gemm,
-                moe_permute_fusion=ns.moe_permute_fusion,
-                moe_router_fusion=ns.moe_router_fusion,
-                moe_router_load_balancing_type=_balancing(ns),
-                moe_flex_dispatcher_backend=ns.moe_flex_dispatcher_backend,
-                moe_router_terms=router_terms(ns))
-
-
-def router_terms(ns) -> tuple[str, ...]:
-    """parallel.moe_router_terms from the router flags (megatron-core moe/router.py:
-    the balancing losses only with a positive coefficient, and not under Sinkhorn)."""
-    terms = []
-    coeffs = [float(c) for c in ns.moe_aux_loss_coeff]
-    if any(c > 0 for c in coeffs) and _balancing(ns) not in ("sinkhorn", "none"):
-        terms.append("aux_loss")
-    for term, on in (("z_loss", bool(ns.moe_z_loss_coeff)),
-                     ("input_jitter", ns.moe_input_jitter_eps is not None),
-                     ("expert_bias", ns.moe_router_enable_expert_bias),
-                     ("sigmoid", ns.moe_router_score_function == "sigmoid"),
-                     ("topk_scaling", ns.moe_router_topk_scaling_factor is not None),
-                     ("padding", ns.moe_router_padding_for_fp8
-                      or ns.moe_router_padding_for_quantization),
-                     ("per_layer_logging", ns.moe_per_layer_logging)):
-        if on:
-            terms.append(term)
-    return tuple(terms)
-
-
-def _balancing(ns) -> str:
-    """--moe-router-load-balancing-type: one type, or one per layer group (Megatron-LM
-    main accepts a list); Sinkhorn's host synchronisations are what the host clock
-    models, so any list holding it reads as sinkhorn."""
-    types = ns.moe_router_load_balancing_type
-    types = [types] if isinstance(types, str) else list(types)
-    return "sinkhorn" if "sinkhorn" in types else types[0]
-
-
-def cuda_graph_scope(ns) -> tuple[str, ...]:
-    """train.cuda_graph_scope from Megatron-LM's CUDA-graph flags (arguments.py
-    validate_args and core/transformer/cuda_graph_config.py normalize_cuda_graph_modules):
-    --enable-cuda-graph is --cuda-graph-impl local, --external-cuda-graph is
-    transformer_engine; an implementation with no modules (or the deprecated 'full')
-    captures whole layers; 'full_iteration' (a module name or the implementation) the
-    step's forward and backward."""
-    impl = ns.cuda_graph_impl
-    if ns.enable_cuda_graph:
-        impl = "local"
-    if ns.external_cuda_graph:
-        impl = "transformer_engine"
-    mods = [m for v in (ns.cuda_graph_scope or ns.cuda_graph_modules or [])
-            for m in str(v).split(",") if m]
-    if impl == "full_iteration" or "full_iteration" in mods:
-        return ("full_iteration",)
-    if impl == "none":
-        return ()
-    if not mods or mods == ["full"]:
-        return ("layer",)
-    return tuple(mods)
 
 
 def _precision(ns) -> str:
@@ -359,7 +296,7 @@ def _train(ns, dp: int, n: Notes) -> TrainSpec:
         attention_softmax_in_fp32=not ns.no_attention_softmax_in_fp32, te=te,
         fp8_param_gather=fp8_gather, use_precision_aware_optimizer=pao,
         main_grads_dtype=dtypes[0], exp_avg_dtype=dtypes[1], exp_avg_sq_dtype=dtypes[2],
-        moe_router_dtype=_router_dtype(ns, n),
+        moe_router_dtype=router_dtype(ns, n),
         offload_modules=tuple(ns.offload_modules or ())
         if ns.fine_grained_activation_offloading else (),
         cpu_offloading_num_layers=ns.cpu_offloading_num_layers if ns.cpu_offloading
@@ -376,14 +313,6 @@ def _train(ns, dp: int, n: Notes) -> TrainSpec:
         or ns.use_torch_fsdp2 or ns.use_megatron_fsdp,
         defer_embedding_wgrad_compute=ns.defer_embedding_wgrad_compute,
         wgrad_deferral_limit=ns.wgrad_deferral_limit)
-
-
-def _router_dtype(ns, n: Notes) -> str | None:
-    if not ns.num_experts or ns.moe_router_dtype is None:
-        return None
-    if ns.moe_router_dtype == "fp64":
-        n.not_modelled.append("--moe-router-dtype fp64 (modelled as fp32)")
-    return "fp32"
 
 
 def _spec(ns, name: str | None, n: Notes) -> RunSpec:
