@@ -278,6 +278,13 @@ def torchrun_script(spec: RunSpec, title: str = "") -> str:
              *_default_env("PRIMUS_TARGET_HARDWARE", c.hardware.name)]
     if c.gpus_per_node is not None:
         lines.append(f"export GPUS_PER_NODE=${{GPUS_PER_NODE:-{c.gpus_per_node}}}")
+    if spec.train.deterministic_mode:
+        # Megatron-LM core_v0.16.1 validate_args asserts NCCL_ALGO under
+        # --deterministic-mode; megatron-core's TE attention refuses it unless
+        # NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 (training/determinism.py's defaults).
+        lines += ["export NCCL_ALGO=${NCCL_ALGO:-Ring}",
+                  "export NVTE_ALLOW_NONDETERMINISTIC_ALGO=0",
+                  "export CUBLAS_WORKSPACE_CONFIG=${CUBLAS_WORKSPACE_CONFIG:-:4096:8}"]
     if spec.parallel.resolved_schedule == "zb":
         lines.insert(3, "# Schedule: zero-bubble (ZB-H1) as projected; upstream Megatron-LM "
                         "has no flag for it (Primus: --enable-zero-bubble), so this line "
