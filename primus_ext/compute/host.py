@@ -83,8 +83,6 @@ class HostWork:
                 + self.collectives * hw.collective_host_s + self.syncs * hw.sync_s)
 
 
-ZERO = HostWork()
-
 
 def variant(model: ModelSpec) -> str:
     if model.multi_latent_attention:
@@ -299,9 +297,8 @@ def graphed_parts(spec, moe: bool) -> frozenset[str]:
     return frozenset(out)
 
 
-def replay(work: HostWork) -> HostWork:
-    """A captured part: its kernels, Python and collectives replaced by one replay."""
-    return HostWork(kernels=GRAPH_REPLAY_KERNELS)
+# A captured part's host work: its kernels, Python and collectives replaced by one replay.
+REPLAY = HostWork(kernels=GRAPH_REPLAY_KERNELS)
 
 
 def embedding_work() -> tuple[HostWork, HostWork]:
