@@ -62,6 +62,7 @@ MODEL = (
     _f("--position-embedding-type", "model.position_embedding_type", "learned_absolute",
        str, choices=POSITION_TYPES),
     _f("--use-rotary-position-embeddings", "model.position_embedding_type", False),
+    _f("--rotary-percent", "model.rotary_percent", 1.0, float),
     _f("--no-position-embedding", "model.position_embedding_type", True,
        store_false=True, dest="add_position_embedding"),
     _f("--disable-bias-linear", "model.add_bias_linear", False),
@@ -72,6 +73,8 @@ MODEL = (
     _f("--max-position-embeddings", "model.max_position_embeddings", type=int),
     _f("--make-vocab-size-divisible-by", "model.make_vocab_size_divisible_by", 128, int),
     _f("--vocab-size", "model.vocab_size", type=int),
+    _f("--padded-vocab-size", ("model.vocab_size", "model.make_vocab_size_divisible_by"),
+       type=int),
     _f("--tokenizer-type", "model.vocab_size", type=str),
     _f("--tokenizer-model", "model.vocab_size", type=str),
     _f("--vocab-file", "model.vocab_size", type=str),
@@ -179,6 +182,10 @@ PARALLEL = (
 TRAIN = (
     _f("--micro-batch-size", "train.micro_batch_size", 1, int),
     _f("--global-batch-size", "train.global_batch_size", type=int),
+    # Batch schedules: the steady (final) batch is projected, the ramp named in a note
+    # (line_flags.global_batch).
+    _f("--step-batch-size-schedule", "train.global_batch_size", type=str, nargs="+"),
+    _f("--rampup-batch-size", "train.global_batch_size", type=int, nargs=3),
     _f("--seq-length", "train.seq_length", type=int, required=True),
     _f("--bf16", "train.precision", False),
     _f("--fp16", "train.precision", False),
