@@ -53,6 +53,9 @@ class LaunchArgs:
     no_effect: tuple[str, ...]  # flags with no effect on step time or memory
     notes: tuple[str, ...]  # what was decided for the user (vocabulary, turned-off flags)
     target_note: str | None = None  # set when the target is the default (no flag named it)
+    layers_per_kind: int = 2  # hybrid: decoder layers of each kind measured
+    measure_memory_gib: float | None = None  # hybrid: the measurement's memory budget
+    measure_max_seconds: float | None = None  # hybrid: its estimated compute budget
 
     @property
     def ignored(self) -> tuple[str, ...]:
@@ -73,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
             for k in ("choices", "nargs", "required"):
                 if getattr(f, k):
                     kw[k] = getattr(f, k)
+        if f.help:
+            kw["help"] = f.help
         p.add_argument(f.name, **kw)
     return p
 
@@ -366,6 +371,9 @@ def parse_launch_args(argv: list[str] | None = None, *, name: str | None = None
                       layer_times=ns.log_layer_times, measure_warmup=ns.measure_warmup,
                       measure_repeats=ns.measure_repeats,
                       num_microbatches=ns.measure_microbatches, not_modelled=not_mod,
+                      layers_per_kind=ns.measure_layers_per_kind,
+                      measure_memory_gib=ns.measure_memory_gib,
+                      measure_max_seconds=ns.measure_max_seconds,
                       no_effect=no_eff, notes=tuple(n.notes),
                       target_note=default_target_note(ns, spec.cluster))
 
