@@ -139,3 +139,54 @@ def test_the_captured_gpt3_schedule_matches_its_global_batch():
     assert la.spec.train.global_batch_size == 1536  # 12B:1536, and --global-batch-size
     assert any("Megatron-LM main refuses it beside --global-batch-size" in x
                for x in la.notes)
+
+
+def _llama(opt: str, *extra: str):
+    doc = json.loads((DATA / "rocm_llama2_70b.json").read_text())
+    flags = [x for x in doc["flags"] if x not in (
+        "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather")]
+    flags[flags.index("--optimizer") + 1] = opt
+    return parse_launch_args(flags + ["--target-nodes", "4", "--target-hardware", "h100",
+                                      *extra])
+
+
+def test_muon_keeps_a_momentum_for_matrices_and_adam_for_the_rest():
+    from primus_ext.memory import memory_report
+    from primus_ext.memory.muon import muon_shard
+    adam, muon, dist = (memory_report(_llama(o).spec).stages[0]
+                        for o in ("adam", "muon", "dist_muon"))
+    spec = _llama("muon").spec
+    sh = muon_shard(spec.model, spec.parallel, 0)
+    # Llama 2 70B at TP 8: the embedding and output (vocabulary padded to 32,768) and
+    # the 161 RMSNorm weights keep Adam's 12 B.
+    assert sh.adam_dense == 2 * 32768 * 8192 // 8 + (2 * 80 + 1) * 8192
+    assert muon.optimizer_bytes == 8 * sh.muon_dense + 12 * sh.adam_dense
+    assert adam.optimizer_bytes == 12 * (sh.muon_dense + sh.adam_dense)
+    assert dist.optimizer_bytes == -(-muon.optimizer_bytes // 4)  # DP 4: whole params
+
+
+def test_muon_adds_newton_schulz_gemms_to_the_step():
+    from primus_ext.project.estimate import project
+    from primus_ext.project.optimizer import optimizer_step_s
+    spec = _llama("muon").spec
+    hw = spec.cluster.hardware
+    from primus_ext.memory.muon import muon_shard
+    sh = muon_shard(spec.model, spec.parallel, 0)
+    # fc1 of one layer (2 x 28672 / 8 rows x 8192): 5 x (4 m^2 n + 2 m^3), m = 7168.
+    fc1 = 5 * (4 * 7168 ** 2 * 8192 + 2 * 7168 ** 3)
+    assert sh.ns_flops > 80 * fc1
+    gemm_s = sh.ns_flops / (hw.peak_tflops("fp32") * 1e12 * hw.gemm_efficiency)
+    assert optimizer_step_s(spec, (0, 0)) > gemm_s
+    dist = _llama("dist_muon").spec
+    assert optimizer_step_s(dist, (0, 0)) < optimizer_step_s(spec, (0, 0)) / 3
+    assert project(spec).step_time_s > project(_llama("adam").spec).step_time_s
+
+
+@pytest.mark.parametrize("flag", ["--use-distributed-optimizer", "--overlap-grad-reduce",
+                                  "--use-torch-fsdp2"])
+def test_muon_is_refused_where_megatron_lm_refuses_it(flag):
+    with pytest.raises(ValueError, match="Megatron-LM core_v0.16.1 refuses it"):
+        _llama("muon", flag)
+    la = _llama("muon", "--muon-num-ns-steps", "6", "--muon-momentum", "0.95")
+    assert any(x.startswith("--muon-num-ns-steps (") for x in la.not_modelled)
+    assert "--muon-momentum" in la.no_effect

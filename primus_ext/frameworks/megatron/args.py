@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from primus_ext.frameworks.megatron import layout_string
 from primus_ext.frameworks.megatron.impl_flags import (cuda_graph_scope, moe_impl,
                                                      router_dtype)
-from primus_ext.frameworks.megatron.line_flags import (cross_entropy, global_batch,
-                                                     refuse_other_models)
+from primus_ext.frameworks.megatron.line_flags import (check_optimizer, cross_entropy,
+                                                     global_batch, refuse_other_models)
 from primus_ext.frameworks.megatron.model_flags import model_spec
 from primus_ext.frameworks.megatron.no_effect import (LISTED_NOT_MODELLED, NO_EFFECT,
                                                     split_unknown)
@@ -216,6 +216,7 @@ def _parallel(ns, n: Notes) -> ParallelSpec:
     pp = ns.pipeline_model_parallel_size
     vpp, layout = _virtual_stages(ns, n)
     fsdp = ns.use_torch_fsdp2 or ns.use_megatron_fsdp
+    check_optimizer(ns, fsdp)
     if ns.use_megatron_fsdp and ns.data_parallel_sharding_strategy != "optim_grads_params":
         n.not_modelled.append(f"--data-parallel-sharding-strategy "
                               f"{ns.data_parallel_sharding_strategy} (modelled as "

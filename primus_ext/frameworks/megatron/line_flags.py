@@ -113,6 +113,22 @@ def cross_entropy(ns, n) -> tuple[bool, str]:
     return fusion, impl
 
 
+def check_optimizer(ns, fsdp: bool) -> None:
+    """Megatron-LM core_v0.16.1 validate_args ('Muon optimizer check') and megatron-core's
+    get_megatron_muon_optimizer: Muon runs without gradient/parameter overlap, the
+    distributed optimizer, FSDP and fp16."""
+    if "muon" not in ns.optimizer:
+        return
+    for on, what in ((ns.overlap_grad_reduce, "overlap grad reduce"),
+                     (ns.overlap_param_gather, "overlap param gather"),
+                     (ns.use_distributed_optimizer, "distributed optimizer"),
+                     (fsdp, "FSDP"), (ns.fp16, "fp16")):
+        if on:
+            raise ValueError(f"--optimizer {ns.optimizer} with {what}: Megatron-LM "
+                             "core_v0.16.1 refuses it (validate_args' Muon optimizer "
+                             "check; megatron-core get_megatron_muon_optimizer)")
+
+
 def router_groups(ns, n) -> tuple[int | None, int | None]:
     """(num_groups, group_topk): megatron-core checks and uses the group count only when
     a group top-k is set (transformer_config.py: 'if self.moe_router_group_topk:'; the

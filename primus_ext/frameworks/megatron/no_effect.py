@@ -63,7 +63,8 @@ _REASONS = {
         "--mscale --mscale-all-dim --glu-linear-offset --activation-func-clamp-value "
         "--apply-query-key-layer-scaling --fp8-amax-history-len "
         "--fp8-amax-compute-algo --fp8-margin --fp8-interval "
-        "--bf16-reduced-precision-matmul --te-rng-tracker"),
+        "--bf16-reduced-precision-matmul --te-rng-tracker --muon-momentum "
+        "--muon-use-nesterov --muon-scale-mode --muon-extra-scale-factor"),
 }
 
 # Flags that change kernels, memory or collectives and are not modelled: each is
@@ -85,8 +86,13 @@ _NOT_MODELLED = {
         "--disable-bf16-reduced-precision-matmul",
     "per-token loss: one more all-reduce of the token count per step": (
         "--calculate-per-token-loss"),
+    "Muon's Newton-Schulz work other than 5 iterations on q/k/v blocks of each TP "
+    "shard at TF32 (memory/muon.py)": (
+        "--muon-num-ns-steps --muon-no-split-qkv --muon-tp-mode --muon-fp32-matmul-prec"),
 }
-_DEFAULT_VALUES = {"--softmax-type": "vanilla", "--empty-unused-memory-level": "0"}
+_DEFAULT_VALUES = {"--softmax-type": "vanilla", "--empty-unused-memory-level": "0",
+                   "--muon-num-ns-steps": "5", "--muon-tp-mode": "blockwise",
+                   "--muon-fp32-matmul-prec": "medium"}
 
 LISTED_NOT_MODELLED: dict[str, str] = {}
 for _why, _names in _NOT_MODELLED.items():
