@@ -196,11 +196,11 @@ _CURRENT_SCALING = re.compile(r"current[- ]scaling", re.I)
 
 def _parallel(r: _Row, model: ModelSpec, world: int, notes: list[str],
               recipe: Recipe) -> ParallelSpec:
-    tp, pp = r.int_("tp"), r.int_("pp")
     for column in ("tp", "pp"):
+        r.text(column, required=r.row.get(column) is None)  # an absent column is an error
         if r.text(column) == "":
             notes.append(f"{column} empty: 1 assumed (the other parallel column is given)")
-    tp, pp = tp or 1, pp or 1
+    tp, pp = r.int_("tp") or 1, r.int_("pp") or 1
     vp_text = r.text("vp")
     vpp = r.int_("vp") or 1
     if not vp_text and pp > 1 and "vpp" not in recipe.parallel:
@@ -235,6 +235,7 @@ def _parallel(r: _Row, model: ModelSpec, world: int, notes: list[str],
     sharding = r.text("fsdp_or_zero").lower()
     if not is_torchtitan_row(r.text("source")) and flag(r, "tp_comm_overlap", notes):
         kwargs["tp_comm_overlap"] = True
+        notes.append("tp_comm_overlap=True (the row states TP comm overlap on)")
     if sharding.startswith("fsdp") and pp > 1:
         # Sharded data parallelism next to a pipeline keeps parameters gathered across
         # the microbatches (Llama 3 paper Sec. 3.3.2: no reshard after forward; the
