@@ -33,13 +33,14 @@ def _value(flags: list[str], flag: str, default=None):
 
 
 def test_the_corpus_is_real_and_large_enough():
-    assert len(SCRIPTS) >= 23
+    assert len(SCRIPTS) >= 24
     repos = {d["source"]["repo"] for d in SCRIPTS.values()}
     assert {"NVIDIA/Megatron-LM", "yanring/Megatron-MoE-ModelZoo", "ROCm/Megatron-LM",
-            "alibaba/Pai-Megatron-Patch", "swiss-ai/Megatron-LM"} <= repos
+            "alibaba/Pai-Megatron-Patch", "swiss-ai/Megatron-LM",
+            "SURF-ML/Megatron-LM-Snellius"} <= repos
     for doc in SCRIPTS.values():
         src = doc["source"]
-        assert len(src["commit"]) == 40 and src["path"].endswith(".sh")
+        assert len(src["commit"]) == 40 and src["path"].endswith((".sh", ".job"))
         assert "--num-layers" in doc["flags"] and doc["target"]["nodes"] >= 1
 
 
