@@ -73,9 +73,25 @@ def _plain(node) -> dict:
 
 
 def model_from_cfg(cfg: DictConfig) -> ModelSpec:
-    values = {k: v for k, v in _plain(cfg.model).items()
-              if not (v is None and k in _REQUIRED_MODEL)}
-    return _build(ModelSpec, "model", values)
+    return model_and_notes(cfg)[0]
+
+
+def model_and_notes(cfg: DictConfig) -> tuple[ModelSpec, list[str]]:
+    """The ModelSpec of a composed config, and what a Hugging Face config.json read by
+    ``model=hf model.hf_config=PATH`` holds that the projection does not model."""
+    values = _plain(cfg.model)
+    notes: list[str] = []
+    if "hf_config" in values:
+        from primus_ext.presets.hf_config import model_from_hf
+        if values["hf_config"] in (None, "???"):
+            raise ValueError("model=hf needs model.hf_config=PATH (a config.json or a "
+                             "directory holding one)")
+        fields, notes = model_from_hf(str(values.pop("hf_config")))
+        # Fields stated on the command line (+model.FIELD=VALUE) override the file.
+        values = {**fields, **{k: v for k, v in values.items() if v is not None}}
+        notes = [f"model.hf_config: {n}" for n in notes]
+    values = {k: v for k, v in values.items() if not (v is None and k in _REQUIRED_MODEL)}
+    return _build(ModelSpec, "model", values), notes
 
 
 def spec_from_cfg(cfg: DictConfig) -> RunSpec:
@@ -101,7 +117,9 @@ def spec_and_notes(cfg: DictConfig) -> tuple[RunSpec, list[str]]:
     te = cfg.train.get("te")
     parallel, notes = fill_unstated_parallel(
         _plain(cfg.parallel), te=hw.name != "cpu" if te is None else bool(te))
-    parts = {"model": model_from_cfg(cfg),
+    model, model_notes = model_and_notes(cfg)
+    notes = model_notes + notes
+    parts = {"model": model,
              "parallel": _build(ParallelSpec, "parallel", parallel),
              "train": _build(TrainSpec, "train", _plain(cfg.train)),
              "cluster": _build(ClusterSpec, "cluster", {**cluster, "hardware": hw})}

@@ -68,7 +68,8 @@ def compact_estimate(est, spec: RunSpec, peak_bytes: int, device_bytes: int) -> 
             "breakdown": dict(est.breakdown), "num_microbatches": est.num_microbatches,
             "schedule": est.schedule, "critical_stage": est.critical_stage,
             "world_size": spec.world_size, "hardware": spec.cluster.hardware.name,
-            "num_nodes": spec.cluster.num_nodes, "backend": est.backend}
+            "num_nodes": spec.cluster.num_nodes, "backend": est.backend,
+            "band_features": dict(getattr(est, "band_features", None) or {})}
 
 
 def gpu_hour_cost(spec: RunSpec, settings: TuneSettings) -> float | None:

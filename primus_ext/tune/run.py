@@ -309,7 +309,8 @@ def _reference_entry(ref: Reference | None, trial: Trial | None, ev: Evaluator,
     entry = {"run_id": ref.run_id, "source": ref.source, "same_job": ref.same_job,
              "measured_tokens_per_s_per_gpu": ref.measured_tokens_per_s_per_gpu,
              "layout": describe(point_of(ref.spec)), "verdict": None, "reason": None,
-             "projected": None, "gain": None}
+             "projected": None, "gain": None, "recompute_inferred": ref.recompute_inferred,
+             "point": list(trial.point) if trial is not None else None}
     metrics = trial.metrics if trial is not None and trial.verdict == "ok" else None
     if trial is not None:
         entry["verdict"], entry["reason"] = trial.verdict, trial.reason

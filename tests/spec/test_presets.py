@@ -81,6 +81,10 @@ PUBLISHED = {
                               "(116.83B total, 5.13B active)", "5.13", "no_input_emb"),
     "gpt_oss_20b": Published("20.91", "gpt-oss model card arXiv:2508.10925 Table 1 "
                              "(20.91B total, 3.61B active)", "3.61", "no_input_emb"),
+    "qwen2.5_7b": Published("7.61", "HF Qwen/Qwen2.5-7B model card (7.61B total, 6.53B "
+                            "non-embedding)"),
+    "qwen2.5_72b": Published("72.7", "HF Qwen/Qwen2.5-72B model card (72.7B total, 70.0B "
+                             "non-embedding)"),
     "deepseek_v2": Published("236", "arXiv:2405.04434 Sec. 3.1 (236B total, 21B activated)",
                              "21", "no_input_emb"),
     "deepseek_v2_lite": Published("15.7", "arXiv:2405.04434 Appendix B (DeepSeek-V2-Lite: "
