@@ -190,3 +190,44 @@ def test_muon_is_refused_where_megatron_lm_refuses_it(flag):
     la = _llama("muon", "--muon-num-ns-steps", "6", "--muon-momentum", "0.95")
     assert any(x.startswith("--muon-num-ns-steps (") for x in la.not_modelled)
     assert "--muon-momentum" in la.no_effect
+
+
+def _script(name: str, *extra: str, set_: dict | None = None):
+    doc = json.loads((DATA / f"{name}.json").read_text())
+    flags = list(doc["flags"])
+    for flag, value in (set_ or {}).items():
+        flags[flags.index(flag) + 1] = value
+    t = doc["target"]
+    return parse_launch_args(flags + ["--target-nodes", str(t["nodes"]),
+                                      "--target-gpus-per-node", str(t["gpus_per_node"]),
+                                      "--target-hardware", t["hardware"], *extra])
+
+
+def test_pai_tokenizers_give_the_models_embedding():
+    # Pai-Megatron-Patch: base vocabulary + --extra-vocab-size is the padded size, as the
+    # models' config.json vocab_size (Qwen2.5-0.5B 151936, 7B/72B 152064, DeepSeek-V2-Lite
+    # 102400, Llama 3.1 128256).
+    for name, size in (("pai_qwen2_5_0_5b", 151936), ("pai_qwen2_5_72b", 152064),
+                       ("pai_deepseek_v2_lite", 102400), ("pai_llama3_1_8b", 128256)):
+        la = _script(name)
+        assert la.spec.model.vocab_size == size, name
+        assert any("--patch-tokenizer-type" in n and "padded size" in n for n in la.notes)
+
+
+def test_pai_deepseek_v2_lite_readme_layout_is_refused_as_megatron_refuses_it():
+    # The README's example runs DeepSeek-V2-Lite (27 layers) at PP 4.
+    with pytest.raises(ValueError, match="--num-layers 27 .* not divisible by "
+                                         "--pipeline-model-parallel-size 4"):
+        _script("pai_deepseek_v2_lite", set_={"--pipeline-model-parallel-size": "4",
+                                              "--expert-model-parallel-size": "2"})
+
+
+def test_a_gh200_cluster_line_targets_four_gpus_a_node():
+    la = _script("swissai_llama3_70b_gh200")
+    c = la.spec.cluster
+    assert (c.num_nodes, c.gpus_per_node, c.hardware.name) == (32, 4, "gh200")
+    p = la.spec.parallel
+    assert (p.tp, p.pp, p.vpp, p.sequence_parallel) == (4, 8, 2, True)
+    assert la.spec.train.defer_embedding_wgrad_compute
+    # Its tokenizer's size is not citable here: assumed, and said.
+    assert any("ASSUMED 32000" in n and "alehc/swissai-tokenizer" in n for n in la.notes)

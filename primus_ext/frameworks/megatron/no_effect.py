@@ -20,7 +20,8 @@ _REASONS = {
         "--no-mmap-bin-files --no-create-attention-mask-in-dataloader --merge-file "
         "--tiktoken-pattern --train-data-path --valid-data-path --test-data-path "
         "--data-args-path --per-split-data-args-path --reset-position-ids "
-        "--reset-attention-mask --eod-mask-loss --seed --legacy-tokenizer"),
+        "--reset-attention-mask --eod-mask-loss --seed --legacy-tokenizer "
+        "--num-dataset-builder-threads --dataset --train-mode --max-padding-length"),
     # GPTDataset's create_attention_mask: without this flag the dataloader builds an
     # s x s bool mask per sample that pretrain_gpt.py moves to the GPU (TE's causal
     # attention ignores it); the memory model counts no such mask, which is what this
@@ -48,7 +49,8 @@ _REASONS = {
         "--log-validation-ppl-to-tensorboard --logging-level --timing-log-level "
         "--profile --profile-step-start --profile-step-end --profile-ranks "
         "--use-pytorch-profiler --record-memory-history --memory-snapshot-path "
-        "--log-progress --tensorboard-log-interval"),
+        "--log-progress --tensorboard-log-interval --tensorboard-queue-size "
+        "--no-log-loss-scale-to-tensorboard --log-batch-size-to-tensorboard"),
     "process setup and host-side housekeeping (initialisation, export and "
     "post-training builders; --manual-gc: no Python GC pauses, which the projection "
     "counts none of either way)": (
@@ -56,11 +58,13 @@ _REASONS = {
         "--enable-experimental --manual-gc --manual-gc-interval --no-check-for-nan-in-loss-"
         "and-grad --init-model-with-meta-device "
         "--no-async-tensor-model-parallel-allreduce --use-cpu-initialization "
-        "--no-initialization --enable-gpt-oss --export-force-local-attention"),
+        "--no-initialization --enable-gpt-oss --export-force-local-attention "
+        "--exit-signal-handler --trigger-path"),
     "numerics of the same kernels (same FLOPs and bytes)": (
         "--norm-epsilon --apply-layernorm-1p --rotary-base "
         "--rotary-scaling-factor --rotary-seq-len-interpolation-factor --rope-type "
         "--mscale --mscale-all-dim --glu-linear-offset --activation-func-clamp-value "
+        "--use-rope-scaling --rope-scaling-factor "
         "--apply-query-key-layer-scaling --fp8-amax-history-len "
         "--fp8-amax-compute-algo --fp8-margin --fp8-interval "
         "--bf16-reduced-precision-matmul --te-rng-tracker --muon-momentum "
@@ -86,6 +90,10 @@ _NOT_MODELLED = {
         "--disable-bf16-reduced-precision-matmul",
     "per-token loss: one more all-reduce of the token count per step": (
         "--calculate-per-token-loss"),
+    "Pai-Megatron-Patch's sliding-window attention (the window is read from "
+    "--window-size only)": "--sliding-window",
+    "pipeline P2P overlapped in warm-up and flush (the schedule's P2P is timed "
+    "without it)": "--overlap-p2p-communication-warmup-flush",
     "Muon's Newton-Schulz work other than 5 iterations on q/k/v blocks of each TP "
     "shard at TF32 (memory/muon.py)": (
         "--muon-num-ns-steps --muon-no-split-qkv --muon-tp-mode --muon-fp32-matmul-prec"),
