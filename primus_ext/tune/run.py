@@ -150,6 +150,9 @@ def _tune(spec_or_overrides, settings, held: ExitStack, overrides, memory_fn, pr
     settings = settings or TuneSettings()
     from primus_ext.tune.hybrid import check_available
     check_available(settings)
+    if write and base.framework == "torchtitan":  # its recipe needs a config function
+        from primus_ext.frameworks.torchtitan.registry import registry_for
+        registry_for(base.model)
 
     space = space_of(base, settings)
     t0 = time.monotonic()

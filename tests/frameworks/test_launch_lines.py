@@ -131,6 +131,10 @@ def test_flags_that_change_kernels_are_not_modelled_with_their_reason():
     assert "--empty-unused-memory-level" in la.no_effect  # level 0: Megatron's default
     assert "--lr" in la.no_effect
     assert warning_lines(la)[0].startswith("primus-ext: not modelled")
+    # Timers synchronise the device from level 1 (megatron-core timers.py).
+    assert any(x.startswith("--timing-log-level (timers")
+               for x in _parse("--timing-log-level", "2").not_modelled)
+    assert "--timing-log-level" in _parse("--timing-log-level", "0").no_effect
 
 
 def test_the_captured_gpt3_schedule_matches_its_global_batch():

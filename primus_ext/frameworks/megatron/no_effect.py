@@ -46,9 +46,9 @@ _REASONS = {
         "--log-interval --eval-interval --eval-iters --tensorboard-dir --wandb-project "
         "--wandb-exp-name --wandb-save-dir --log-throughput --log-timers-to-tensorboard "
         "--log-memory-to-tensorboard "
-        "--log-validation-ppl-to-tensorboard --logging-level --timing-log-level "
+        "--log-validation-ppl-to-tensorboard --logging-level "
         "--profile --profile-step-start --profile-step-end --profile-ranks "
-        "--use-pytorch-profiler --record-memory-history --memory-snapshot-path "
+        "--use-pytorch-profiler --memory-snapshot-path "
         "--log-progress --tensorboard-log-interval --tensorboard-queue-size "
         "--no-log-loss-scale-to-tensorboard --log-batch-size-to-tensorboard"),
     "process setup and host-side housekeeping (initialisation, export and "
@@ -92,6 +92,11 @@ _NOT_MODELLED = {
         "--calculate-per-token-loss"),
     "Pai-Megatron-Patch's sliding-window attention (the window is read from "
     "--window-size only)": "--sliding-window",
+    "timers that synchronise the device (megatron-core timers.py _Timer.start/stop: "
+    "torch.cuda.synchronize(); level 2 around every microbatch's forward, backward "
+    "and P2P)": "--timing-log-level",
+    "the caching allocator's history recorded on every allocation (host time per "
+    "malloc/free)": "--record-memory-history",
     "pipeline P2P overlapped in warm-up and flush (the schedule's P2P is timed "
     "without it)": "--overlap-p2p-communication-warmup-flush",
     "Muon's Newton-Schulz work other than 5 iterations on q/k/v blocks of each TP "
@@ -100,7 +105,7 @@ _NOT_MODELLED = {
 }
 _DEFAULT_VALUES = {"--softmax-type": "vanilla", "--empty-unused-memory-level": "0",
                    "--muon-num-ns-steps": "5", "--muon-tp-mode": "blockwise",
-                   "--muon-fp32-matmul-prec": "medium"}
+                   "--muon-fp32-matmul-prec": "medium", "--timing-log-level": "0"}
 
 LISTED_NOT_MODELLED: dict[str, str] = {}
 for _why, _names in _NOT_MODELLED.items():
