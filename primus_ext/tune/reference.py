@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from primus_ext.project.validate import recompute_inferred
 from primus_ext.spec import RunSpec
 
 
@@ -21,6 +22,7 @@ class Reference:
     source: str
     same_job: bool
     notes: tuple[str, ...] = ()
+    recompute_inferred: bool = False  # the source left recompute unstated
 
 
 def same_job(a: RunSpec, b: RunSpec) -> bool:
@@ -55,4 +57,4 @@ def find_reference(base: RunSpec, which: str | None, runs=None) -> Reference | N
     return Reference(run_id=run.run_id, spec=run.spec,
                      measured_tokens_per_s_per_gpu=run.measured.tokens_per_s_per_gpu,
                      source=run.source, same_job=same_job(run.spec, base),
-                     notes=tuple(run.notes))
+                     notes=tuple(run.notes), recompute_inferred=recompute_inferred(run))

@@ -25,7 +25,7 @@ from primus_ext.tune.planner import plan
 from primus_ext.tune.reference import Reference, find_reference
 from primus_ext.tune.search import exhaustive, guided
 from primus_ext.tune.settings import TuneSettings
-from primus_ext.tune.space import SearchSpace, describe, point_of
+from primus_ext.tune.space import SearchSpace, describe, point_of, space_of
 from primus_ext.util.files import lock_dir
 
 log = logging.getLogger("primus_ext.tune")
@@ -150,8 +150,11 @@ def _tune(spec_or_overrides, settings, held: ExitStack, overrides, memory_fn, pr
     settings = settings or TuneSettings()
     from primus_ext.tune.hybrid import check_available
     check_available(settings)
+    if write and base.framework == "torchtitan":  # its recipe needs a config function
+        from primus_ext.frameworks.torchtitan.registry import registry_for
+        registry_for(base.model)
 
-    space = SearchSpace(base, settings.space)
+    space = space_of(base, settings)
     t0 = time.monotonic()
     num_legal = space.num_legal
     log.info("search space: %d raw points, %d distinct, %d legal (%.2f s)", space.num_raw,
@@ -258,6 +261,7 @@ def _tune(spec_or_overrides, settings, held: ExitStack, overrides, memory_fn, pr
 CLUSTER_AXES = ("num_nodes", "hardware")
 
 
+
 def _plan_clusters(ev: Evaluator, clusters: list, base_point, base_seeds: list[Trial],
                    restarts: int, only: list | None = None) -> None:
     """Cluster planning: each (num_nodes, hardware) gets its own planner seeds and
@@ -306,7 +310,8 @@ def _reference_entry(ref: Reference | None, trial: Trial | None, ev: Evaluator,
     entry = {"run_id": ref.run_id, "source": ref.source, "same_job": ref.same_job,
              "measured_tokens_per_s_per_gpu": ref.measured_tokens_per_s_per_gpu,
              "layout": describe(point_of(ref.spec)), "verdict": None, "reason": None,
-             "projected": None, "gain": None}
+             "projected": None, "gain": None, "recompute_inferred": ref.recompute_inferred,
+             "point": list(trial.point) if trial is not None else None}
     metrics = trial.metrics if trial is not None and trial.verdict == "ok" else None
     if trial is not None:
         entry["verdict"], entry["reason"] = trial.verdict, trial.reason
