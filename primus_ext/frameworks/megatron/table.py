@@ -75,6 +75,9 @@ MODEL = (
     _f("--vocab-size", "model.vocab_size", type=int),
     _f("--padded-vocab-size", ("model.vocab_size", "model.make_vocab_size_divisible_by"),
        type=int),
+    # Pai-Megatron-Patch's tokenizer flags (vocab.py _pai_vocab).
+    _f("--patch-tokenizer-type", "model.vocab_size", type=str),
+    _f("--extra-vocab-size", "model.vocab_size", 0, int),
     _f("--tokenizer-type", "model.vocab_size", type=str),
     _f("--tokenizer-model", "model.vocab_size", type=str),
     _f("--vocab-file", "model.vocab_size", type=str),
