@@ -43,7 +43,7 @@ def test_step_batch_size_schedule_projects_the_steady_batch():
     # The issue's line: no --global-batch-size, the schedule ends at 1152.
     la = _parse("--step-batch-size-schedule", "0:384 200B:768 400B:1152")
     assert la.spec.train.global_batch_size == 1152
-    assert any("steady global batch 1152 (the last of its 3 steps)" in x for x in la.notes)
+    assert any("steady global batch 1152 (the last of its 3 steps;" in x for x in la.notes)
     assert "--step-batch-size-schedule" not in la.no_effect + la.not_modelled
     # Split over tokens as bash passes an unquoted schedule; commas as separators.
     assert _parse("--step-batch-size-schedule", "0:16", "2.4B:320", "12B:64") \
@@ -235,3 +235,39 @@ def test_a_gh200_cluster_line_targets_four_gpus_a_node():
     assert la.spec.train.defer_embedding_wgrad_compute
     # Its tokenizer's size is not citable here: assumed, and said.
     assert any("ASSUMED 32000" in n and "alehc/swissai-tokenizer" in n for n in la.notes)
+
+
+VERDICTS = json.loads((Path(__file__).resolve().parents[1] / "data" / "megatron_flags"
+                       / "validate_core_v0.16.1_lines.json").read_text())
+
+
+@pytest.mark.parametrize("case", VERDICTS["cases"], ids=lambda c: " ".join(c["flags"]))
+def test_lines_megatron_lm_refuses_are_refused_or_named(case):
+    """Megatron-LM core_v0.16.1's own verdicts (tests/data/megatron_flags): a line it
+    accepts parses; one it refuses is refused here, or (a flag of Megatron-LM main) the
+    note names core_v0.16.1's refusal."""
+    argv = VERDICTS["base"] + case["flags"] + ["--target-hardware", "h100",
+                                               "--target-nodes", "1",
+                                               "--target-gpus-per-node", "8"]
+    if case["ok"]:
+        assert parse_launch_args(argv).spec
+        return
+    msg = case["message"]
+    if "unrecognized arguments" in msg or "rampup" in msg:  # main's flags: noted
+        try:
+            la = parse_launch_args(argv)
+        except ValueError as exc:  # main's rule: no schedule beside --global-batch-size
+            assert "Cannot specify both" in str(exc)
+            return
+        assert any("core_v0.16.1" in n for n in la.notes)
+        return
+    with pytest.raises(ValueError) as exc:
+        parse_launch_args(argv)
+    assert ("Megatron-LM core_v0.16.1 refuses it" in str(exc.value)
+            or "divisible" in str(exc.value))
+
+
+def test_captured_gh200_and_snellius_lines_are_ones_megatron_lm_accepts():
+    for name, verdict in VERDICTS["scripts"].items():
+        assert verdict["ok"] and (DATA / f"{name}.json").exists()
+        assert _script(name).spec

@@ -77,7 +77,8 @@ def global_batch(ns, dp: int, n) -> int:
                              "specify both --step-batch-size-schedule and "
                              "--global-batch-size')")
         n.notes.append(f"--step-batch-size-schedule {' '.join(sched)}: projected at its "
-                       f"steady global batch {final} (the last of its {k} steps)"
+                       f"steady global batch {final} (the last of its {k} steps; the flag is "
+                       "Megatron-LM main's, core_v0.16.1 does not have it)"
                        + (" (Megatron-LM main refuses it beside --global-batch-size)"
                           if gbs is not None else ""))
         return final
