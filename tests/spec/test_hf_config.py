@@ -159,6 +159,8 @@ def test_qwen2_moe_shared_expert_and_multimodal_gemma3():
     f, notes = fields_from_hf(outer)
     assert f["qk_layernorm"] and f["window_full_attention_every"] == 2
     assert any("vision tower" in n for n in notes)
+    flat, _ = fields_from_hf({**outer["text_config"], "model_type": "gemma3"})
+    assert flat == f
 
 
 def test_errors_name_the_field_and_the_rule(tmp_path):
