@@ -45,6 +45,7 @@ CARDS = {
 }
 # The same model as a hand-written preset: the reader must build the identical spec.
 PRESET_OF = {"llama-3.1-8b": "llama3.1_8b", "qwen2.5-7b": "qwen2.5_7b",
+             "qwen3-14b": "qwen3_14b", "qwen3-32b": "qwen3_32b",
              "qwen3-30b-a3b": "qwen3_30b_a3b", "deepseek-v3": "deepseek_v3",
              "gpt-oss-20b": "gpt_oss_20b"}
 
