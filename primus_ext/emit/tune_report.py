@@ -133,12 +133,14 @@ def render_report(result, overrides: list[str]) -> str:
         L.append("")
     L += recommendation_section(r)
     L += _memory(spec)
+    L += _headroom(r)
     L += _reference(r)
     L += [f"## Top {s.top_k}", ""]
     rows = []
     for i, t in enumerate(r.top(s.top_k), 1):
         m = t.metrics
-        rows.append([str(i), describe(t.point), m["step_time_s"], m["tokens_per_s_per_gpu"],
+        rows.append([str(i), describe(t.point) + (" (tight)" if m.get("memory_tight") else ""),
+                     m["step_time_s"], m["tokens_per_s_per_gpu"],
                      f"{m['mfu']:.1%}", _gib(m)]
                     + [m["breakdown"].get(k, 0.0) for k in _PARTS] + [t.source]
                     + [against_winner(t, best, is_moe)])
@@ -150,6 +152,29 @@ def render_report(result, overrides: list[str]) -> str:
     L += _search(r)
     L += ["## Overrides", "", "```", *overrides, "```", ""]
     return "\n".join(L)
+
+
+def _headroom(r) -> list[str]:
+    """A winner whose peak is within tune.memory_margin of the device is tight: a risk
+    the memory model's error may turn into an out-of-memory. Name the best layout with
+    comfortable headroom beside it."""
+    margin = r.settings.memory_margin
+    bm = r.best.metrics
+    if not bm.get("memory_tight"):
+        return []
+    L = ["## Memory risk", "",
+         f"The winner's peak ({_gib(bm)} GiB of {bm['device_bytes'] / _GIB:.1f} GiB) is "
+         f"within the tune.memory_margin of {margin:.0%}: **tight**."]
+    roomy = next((t for t in r.top(10**9) if not t.metrics.get("memory_tight")), None)
+    if roomy is None:
+        L.append("No scored layout has comfortable headroom.")
+    else:
+        m = roomy.metrics
+        L.append(f"Best layout with comfortable headroom: **{describe(roomy.point)}**, "
+                 f"{m['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU "
+                 f"({m['tokens_per_s_per_gpu'] / bm['tokens_per_s_per_gpu'] - 1:+.1%} "
+                 f"against the winner), peak {_gib(m)} GiB.")
+    return L + [""]
 
 
 def _reference(r) -> list[str]:

@@ -25,7 +25,7 @@ from primus_ext.tune.planner import plan
 from primus_ext.tune.reference import Reference, find_reference
 from primus_ext.tune.search import exhaustive, guided
 from primus_ext.tune.settings import TuneSettings
-from primus_ext.tune.space import SearchSpace, describe, point_of
+from primus_ext.tune.space import SearchSpace, describe, point_of, space_of
 from primus_ext.util.files import lock_dir
 
 log = logging.getLogger("primus_ext.tune")
@@ -150,8 +150,11 @@ def _tune(spec_or_overrides, settings, held: ExitStack, overrides, memory_fn, pr
     settings = settings or TuneSettings()
     from primus_ext.tune.hybrid import check_available
     check_available(settings)
+    if write and base.framework == "torchtitan":  # its recipe needs a config function
+        from primus_ext.frameworks.torchtitan.registry import registry_for
+        registry_for(base.model)
 
-    space = SearchSpace(base, settings.space)
+    space = space_of(base, settings)
     t0 = time.monotonic()
     num_legal = space.num_legal
     log.info("search space: %d raw points, %d distinct, %d legal (%.2f s)", space.num_raw,
@@ -256,6 +259,7 @@ def _tune(spec_or_overrides, settings, held: ExitStack, overrides, memory_fn, pr
 
 
 CLUSTER_AXES = ("num_nodes", "hardware")
+
 
 
 def _plan_clusters(ev: Evaluator, clusters: list, base_point, base_seeds: list[Trial],

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from primus_ext.spec import RunSpec
 from primus_ext.tune.settings import TuneSettings
-from primus_ext.tune.space import AXES, Point, SearchSpace
+from primus_ext.tune.space import AXES, Point, SearchSpace, space_of
 
 SHARD_KIND = "shard"
 
@@ -79,7 +79,7 @@ def evaluate_shard(spec: RunSpec, settings: TuneSettings, index: int, count: int
     from primus_ext.tune.evaluate import Evaluator
     from primus_ext.util.files import atomic_write_text
 
-    space = SearchSpace(spec, settings.space)
+    space = space_of(spec, settings)
     how = shard_plan(space, settings)
     if how is None:
         raise ValueError("sharded evaluation needs an exhaustive search or a guided one "

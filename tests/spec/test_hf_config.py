@@ -45,6 +45,7 @@ CARDS = {
 }
 # The same model as a hand-written preset: the reader must build the identical spec.
 PRESET_OF = {"llama-3.1-8b": "llama3.1_8b", "qwen2.5-7b": "qwen2.5_7b",
+             "qwen3-14b": "qwen3_14b", "qwen3-32b": "qwen3_32b",
              "qwen3-30b-a3b": "qwen3_30b_a3b", "deepseek-v3": "deepseek_v3",
              "gpt-oss-20b": "gpt_oss_20b"}
 
@@ -158,6 +159,8 @@ def test_qwen2_moe_shared_expert_and_multimodal_gemma3():
     f, notes = fields_from_hf(outer)
     assert f["qk_layernorm"] and f["window_full_attention_every"] == 2
     assert any("vision tower" in n for n in notes)
+    flat, _ = fields_from_hf({**outer["text_config"], "model_type": "gemma3"})
+    assert flat == f
 
 
 def test_errors_name_the_field_and_the_rule(tmp_path):

@@ -102,7 +102,9 @@ def model_spec(ns, name: str | None, notes) -> ModelSpec:
         every = ns.window_attn_skip_freq or 1
     vocab = resolve_vocab(tokenizer_type=ns.tokenizer_type, vocab_size=ns.vocab_size,
                           tokenizer_model=ns.tokenizer_model, vocab_file=ns.vocab_file,
-                          padded_vocab_size=ns.padded_vocab_size)
+                          padded_vocab_size=ns.padded_vocab_size,
+                          patch_tokenizer_type=ns.patch_tokenizer_type,
+                          extra_vocab_size=ns.extra_vocab_size)
     if ns.tokenizer_type != "NullTokenizer" or ns.vocab_size is None:
         notes.notes.append(f"vocabulary: {vocab.how}")
     groups, group_topk = router_groups(ns, notes)

@@ -20,7 +20,8 @@ _REASONS = {
         "--no-mmap-bin-files --no-create-attention-mask-in-dataloader --merge-file "
         "--tiktoken-pattern --train-data-path --valid-data-path --test-data-path "
         "--data-args-path --per-split-data-args-path --reset-position-ids "
-        "--reset-attention-mask --eod-mask-loss --seed --legacy-tokenizer"),
+        "--reset-attention-mask --eod-mask-loss --seed --legacy-tokenizer "
+        "--num-dataset-builder-threads --dataset --train-mode --max-padding-length"),
     # GPTDataset's create_attention_mask: without this flag the dataloader builds an
     # s x s bool mask per sample that pretrain_gpt.py moves to the GPU (TE's causal
     # attention ignores it); the memory model counts no such mask, which is what this
@@ -45,10 +46,11 @@ _REASONS = {
         "--log-interval --eval-interval --eval-iters --tensorboard-dir --wandb-project "
         "--wandb-exp-name --wandb-save-dir --log-throughput --log-timers-to-tensorboard "
         "--log-memory-to-tensorboard "
-        "--log-validation-ppl-to-tensorboard --logging-level --timing-log-level "
+        "--log-validation-ppl-to-tensorboard --logging-level "
         "--profile --profile-step-start --profile-step-end --profile-ranks "
-        "--use-pytorch-profiler --record-memory-history --memory-snapshot-path "
-        "--log-progress --tensorboard-log-interval"),
+        "--use-pytorch-profiler --memory-snapshot-path "
+        "--log-progress --tensorboard-log-interval --tensorboard-queue-size "
+        "--no-log-loss-scale-to-tensorboard --log-batch-size-to-tensorboard"),
     "process setup and host-side housekeeping (initialisation, export and "
     "post-training builders; --manual-gc: no Python GC pauses, which the projection "
     "counts none of either way)": (
@@ -56,11 +58,13 @@ _REASONS = {
         "--enable-experimental --manual-gc --manual-gc-interval --no-check-for-nan-in-loss-"
         "and-grad --init-model-with-meta-device "
         "--no-async-tensor-model-parallel-allreduce --use-cpu-initialization "
-        "--no-initialization --enable-gpt-oss --export-force-local-attention"),
+        "--no-initialization --enable-gpt-oss --export-force-local-attention "
+        "--exit-signal-handler --trigger-path"),
     "numerics of the same kernels (same FLOPs and bytes)": (
         "--norm-epsilon --apply-layernorm-1p --rotary-base "
         "--rotary-scaling-factor --rotary-seq-len-interpolation-factor --rope-type "
         "--mscale --mscale-all-dim --glu-linear-offset --activation-func-clamp-value "
+        "--use-rope-scaling --rope-scaling-factor "
         "--apply-query-key-layer-scaling --fp8-amax-history-len "
         "--fp8-amax-compute-algo --fp8-margin --fp8-interval "
         "--bf16-reduced-precision-matmul --te-rng-tracker --muon-momentum "
@@ -86,13 +90,22 @@ _NOT_MODELLED = {
         "--disable-bf16-reduced-precision-matmul",
     "per-token loss: one more all-reduce of the token count per step": (
         "--calculate-per-token-loss"),
+    "Pai-Megatron-Patch's sliding-window attention (the window is read from "
+    "--window-size only)": "--sliding-window",
+    "timers that synchronise the device (megatron-core timers.py _Timer.start/stop: "
+    "torch.cuda.synchronize(); level 2 around every microbatch's forward, backward "
+    "and P2P)": "--timing-log-level",
+    "the caching allocator's history recorded on every allocation (host time per "
+    "malloc/free)": "--record-memory-history",
+    "pipeline P2P overlapped in warm-up and flush (the schedule's P2P is timed "
+    "without it)": "--overlap-p2p-communication-warmup-flush",
     "Muon's Newton-Schulz work other than 5 iterations on q/k/v blocks of each TP "
     "shard at TF32 (memory/muon.py)": (
         "--muon-num-ns-steps --muon-no-split-qkv --muon-tp-mode --muon-fp32-matmul-prec"),
 }
 _DEFAULT_VALUES = {"--softmax-type": "vanilla", "--empty-unused-memory-level": "0",
                    "--muon-num-ns-steps": "5", "--muon-tp-mode": "blockwise",
-                   "--muon-fp32-matmul-prec": "medium"}
+                   "--muon-fp32-matmul-prec": "medium", "--timing-log-level": "0"}
 
 LISTED_NOT_MODELLED: dict[str, str] = {}
 for _why, _names in _NOT_MODELLED.items():

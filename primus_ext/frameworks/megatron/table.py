@@ -75,6 +75,9 @@ MODEL = (
     _f("--vocab-size", "model.vocab_size", type=int),
     _f("--padded-vocab-size", ("model.vocab_size", "model.make_vocab_size_divisible_by"),
        type=int),
+    # Pai-Megatron-Patch's tokenizer flags (vocab.py _pai_vocab).
+    _f("--patch-tokenizer-type", "model.vocab_size", type=str),
+    _f("--extra-vocab-size", "model.vocab_size", 0, int),
     _f("--tokenizer-type", "model.vocab_size", type=str),
     _f("--tokenizer-model", "model.vocab_size", type=str),
     _f("--vocab-file", "model.vocab_size", type=str),
@@ -220,6 +223,9 @@ TRAIN = (
        choices=("native", "te")),
     _f("--optimizer", "train.optimizer", "adam", str,
        choices=("adam", "sgd", "muon", "dist_muon")),
+    # Megatron-LM main: muon with --use-distributed-optimizer (line_flags.check_optimizer).
+    _f("--no-use-layer-wise-param-layout", "train.optimizer", True, store_false=True,
+       dest="use_layer_wise_param_layout"),
     _f("--use-precision-aware-optimizer", "train.use_precision_aware_optimizer", False),
     _f("--main-grads-dtype", "train.main_grads_dtype", "fp32", str, choices=("fp32", "bf16")),
     _f("--main-params-dtype", "", "fp32", str, choices=("fp32", "fp16")),
