@@ -179,7 +179,7 @@ def _tune(spec_or_overrides, settings, held: ExitStack, overrides, memory_fn, pr
         if settings.progress else None
     ev = Evaluator(space, settings, memory_fn=memory_fn, project_fn=project_fn,
                    journal=journal, on_trial=progress.update if progress else None,
-                   prefetched=prefetched)
+                   prefetched=prefetched, started=t0)
     if journal is not None:
         for rec in journal.resumed:
             ev.preload(Trial.from_record(rec))
