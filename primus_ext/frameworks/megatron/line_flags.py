@@ -77,7 +77,8 @@ def global_batch(ns, dp: int, n) -> int:
                              "specify both --step-batch-size-schedule and "
                              "--global-batch-size')")
         n.notes.append(f"--step-batch-size-schedule {' '.join(sched)}: projected at its "
-                       f"steady global batch {final} (the last of its {k} steps)"
+                       f"steady global batch {final} (the last of its {k} steps; the flag is "
+                       "Megatron-LM main's, core_v0.16.1 does not have it)"
                        + (" (Megatron-LM main refuses it beside --global-batch-size)"
                           if gbs is not None else ""))
         return final
@@ -113,15 +114,27 @@ def cross_entropy(ns, n) -> tuple[bool, str]:
     return fusion, impl
 
 
-def check_optimizer(ns, fsdp: bool) -> None:
+def check_optimizer(ns, fsdp: bool, n) -> None:
     """Megatron-LM core_v0.16.1 validate_args ('Muon optimizer check') and megatron-core's
-    get_megatron_muon_optimizer: Muon runs without gradient/parameter overlap, the
-    distributed optimizer, FSDP and fp16."""
+    get_megatron_muon_optimizer: Muon runs without gradient/parameter overlap, FSDP and
+    fp16. ``--optimizer muon --use-distributed-optimizer`` is Megatron-LM main's spelling
+    of dist_muon (validate_args: 'optimizer=dist_muon is deprecated. Use --optimizer muon
+    --use-distributed-optimizer instead'; core_v0.16.1 refuses it): read as dist_muon,
+    the namespace set so (``ns`` is changed in place)."""
     if "muon" not in ns.optimizer:
         return
+    if ns.use_distributed_optimizer and not fsdp:
+        n.notes.append(f"--optimizer {ns.optimizer} --use-distributed-optimizer read as "
+                       "dist_muon, Megatron-LM main's layer-wise distributed optimizer "
+                       "(core_v0.16.1 refuses it: 'Muon optimizer does not support "
+                       "distributed optimizer for now')")
+        if ns.use_layer_wise_param_layout:
+            n.not_modelled.append("Megatron-LM main's precomputed layer-wise parameter "
+                                  "layout (its default with muon and the distributed "
+                                  "optimizer; modelled as --no-use-layer-wise-param-layout)")
+        ns.optimizer, ns.use_distributed_optimizer = "dist_muon", False
     for on, what in ((ns.overlap_grad_reduce, "overlap grad reduce"),
                      (ns.overlap_param_gather, "overlap param gather"),
-                     (ns.use_distributed_optimizer, "distributed optimizer"),
                      (fsdp, "FSDP"), (ns.fp16, "fp16")):
         if on:
             raise ValueError(f"--optimizer {ns.optimizer} with {what}: Megatron-LM "
