@@ -12,8 +12,9 @@ model and schedule simulator as a megatron-core one, on an equivalent layout:
 - TP with sequence parallelism (torchtitan's default ``enable_sequence_parallel``);
   async TP (``--compile.enable_async_tensor_parallel``) as overlapped TP collectives
   (``parallel.tp_comm_overlap``);
-- experts not sharded over TP (``etp=1``: torchtitan 0.3.0's sparse mesh has no
-  expert-TP axis); MoE as torchtitan runs it (``MOE_AS_TORCHTITAN``): the
+- the routed experts sharded over TP when EP is off and over EP alone when it is on
+  (``spec/torchtitan.py expert_tp``: torchtitan 0.3.0's sparse mesh has no expert-TP
+  axis, ``models/common/moe_sharding.py``); MoE as torchtitan runs it (``MOE_AS_TORCHTITAN``): the
   ``AllToAllTokenDispatcher`` (``models/common/token_dispatcher.py``: an all-to-all of
   the tokens-per-expert counts, their ``.tolist()`` host sync for the splits, then an
   all-to-all of one row per (token, expert) pair over the EP group and back in
@@ -64,7 +65,8 @@ from primus_ext.comm.collectives import collective_s
 from primus_ext.comm.groups import _span, domain_size
 from primus_ext.comm.overlap import exposed_s
 from primus_ext.spec.run import RunSpec
-from primus_ext.spec.torchtitan import SCHEDULE_SIM, canonical_schedule, stage_layer_counts
+from primus_ext.spec.torchtitan import (SCHEDULE_SIM, canonical_schedule, expert_tp,
+                                        stage_layer_counts)
 
 # megatron-core's MoE switches that cost torchtitan 0.3.0's MoE block (module docstring).
 MOE_AS_TORCHTITAN = dict(moe_token_dispatcher_type="alltoall", moe_grouped_gemm=True,
@@ -142,7 +144,7 @@ def simulated_view(spec: RunSpec) -> RunSpec:
     fsdp = p.pp == 1
     par = replace(p, fsdp=fsdp, use_distributed_optimizer=not fsdp,
                   grad_reduce_in_fp32=True,
-                  etp=1 if m.is_moe else None, ep=p.ep if m.is_moe else 1,
+                  etp=expert_tp(p) if m.is_moe else None, ep=p.ep if m.is_moe else 1,
                   schedule=sched, pipeline_layout=layout, dp_shard=-1, dp_replicate=1,
                   cp_comm_type="allgather" if p.cp > 1 else p.cp_comm_type,
                   sequence_parallel=p.sequence_parallel or (m.is_moe and p.tp > 1),

@@ -100,3 +100,35 @@ def test_lines_compose_the_registry_model(line, model, ep, pp):
     assert spec.train.seq_length == 4096
     if "671b" in line:
         assert spec.model.mtp_num_layers == 0  # torchtitan's 671B: num_mtp_layers=0
+
+
+@pytest.mark.parametrize("tp,ep,expert_div", [(1, 1, 1), (2, 1, 2), (2, 2, 2), (2, 4, 4),
+                                              (1, 4, 4)])
+def test_experts_split_over_tp_without_ep_and_over_ep_alone_with_it(tp, ep, expert_div):
+    """torchtitan 0.3.0 models/common/moe_sharding.py: EP off, the routed experts are
+    TP-sharded like a dense MLP (expert_param_placement_dense); EP on, they are split
+    over ep only (expert_param_placement_sparse; EP borrows the TP ranks)."""
+    spec = primus_ext.compose(["framework=torchtitan", "model=qwen3_moe_debugmodel",
+                               "cluster.hardware=h100", "cluster.num_nodes=1",
+                               f"parallel.tp={tp}", f"parallel.ep={ep}",
+                               "train.global_batch_size=8", "train.seq_length=2048"])
+    m = spec.model
+    experts = m.num_layers * m.num_moe_experts * 3 * m.hidden_size * m.moe_ffn_hidden_size
+    one = primus_ext.memory(primus_ext.compose(
+        ["framework=torchtitan", "model=qwen3_moe_debugmodel", "cluster.hardware=h100",
+         "cluster.num_nodes=1", "train.global_batch_size=8", "train.seq_length=2048"]))
+    st = primus_ext.memory(spec).stages[0]
+    dense_tp = st.num_params - experts // expert_div
+    assert 0 < dense_tp <= one.stages[0].num_params - experts  # attention etc. over TP
+    if tp == 1:
+        assert dense_tp == one.stages[0].num_params - experts
+    no_ep = primus_ext.memory(primus_ext.compose(
+        ["framework=torchtitan", "model=qwen3_moe_debugmodel", "cluster.hardware=h100",
+         "cluster.num_nodes=1", f"parallel.tp={tp}", "train.global_batch_size=8",
+         "train.seq_length=2048"])).stages[0].num_params
+    assert dense_tp == no_ep - experts // tp  # the same dense part, EP or not
+    with pytest.raises(ValueError, match="decides the experts' TP"):
+        primus_ext.compose(["framework=torchtitan", "model=qwen3_moe_debugmodel",
+                            "cluster.hardware=h100", "cluster.num_nodes=1",
+                            "parallel.tp=2", "parallel.ep=1", "parallel.etp=1",
+                            "train.global_batch_size=8", "train.seq_length=2048"])

@@ -216,7 +216,7 @@ def _parallel(ns, n: Notes) -> ParallelSpec:
     pp = ns.pipeline_model_parallel_size
     vpp, layout = _virtual_stages(ns, n)
     fsdp = ns.use_torch_fsdp2 or ns.use_megatron_fsdp
-    check_optimizer(ns, fsdp)
+    check_optimizer(ns, fsdp, n)
     if ns.use_megatron_fsdp and ns.data_parallel_sharding_strategy != "optim_grads_params":
         n.not_modelled.append(f"--data-parallel-sharding-strategy "
                               f"{ns.data_parallel_sharding_strategy} (modelled as "

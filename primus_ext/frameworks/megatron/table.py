@@ -223,6 +223,9 @@ TRAIN = (
        choices=("native", "te")),
     _f("--optimizer", "train.optimizer", "adam", str,
        choices=("adam", "sgd", "muon", "dist_muon")),
+    # Megatron-LM main: muon with --use-distributed-optimizer (line_flags.check_optimizer).
+    _f("--no-use-layer-wise-param-layout", "train.optimizer", True, store_false=True,
+       dest="use_layer_wise_param_layout"),
     _f("--use-precision-aware-optimizer", "train.use_precision_aware_optimizer", False),
     _f("--main-grads-dtype", "train.main_grads_dtype", "fp32", str, choices=("fp32", "bf16")),
     _f("--main-params-dtype", "", "fp32", str, choices=("fp32", "fp16")),
