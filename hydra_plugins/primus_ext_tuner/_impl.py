@@ -87,6 +87,10 @@ def search_axes(overrides: Sequence[Override]) -> tuple[list[str], Dict[str, lis
                                      "(a,b,c / choice(...) / range(...)), not "
                                      f"{ov.value_type.name if ov.value_type else '?'}")
             axes[axis] = list(ov.sweep_iterator())
+            if key in ("cluster.hardware", "cluster.num_nodes"):
+                # The job (and its baseline) lives on the first swept cluster, not on
+                # the config's default one.
+                fixed.append(f"{key}={axes[axis][0]}")
             continue
         if axis is not None:
             value = ov.value()

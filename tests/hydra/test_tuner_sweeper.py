@@ -122,3 +122,25 @@ def test_user_error_is_one_line(dirs, run_app):
     assert res.returncode == 1
     assert "searches the layout of one job" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_sweeping_gpu_kinds_puts_each_row_on_its_own_gpu(dirs, run_app):
+    cwd, home = dirs
+    sweep_dir = cwd.parent / "sweep"
+    res = run_app(["-m", "hydra/sweeper=primus_tuner", "model=llama3_8b",
+                   "cluster.num_nodes=1", "cluster.hardware=mi355x,h100",
+                   "train.global_batch_size=64", "parallel.tp=1", "parallel.pp=1",
+                   "train.micro_batch_size=1,2", "tune.space.sharding=[fsdp]",
+                   "train.recompute_granularity=null", "tune.progress=false",
+                   f"hydra.sweep.dir={sweep_dir}"], cwd=cwd, home=home)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "GPU (capacity GiB)" in res.stdout
+    assert "mi355x x 1 (288)" in res.stdout
+    report = (sweep_dir / "report.md").read_text()
+    # The baseline lives on the first swept GPU (288 GiB MI355X), not the default H100.
+    assert "> 80.0 GiB" not in report.split("## Top")[0]
+    assert "| GPU | mem / capacity GiB |" in report
+    rows = [line for line in report.split("## Top")[1].splitlines() if line.startswith("| 1 ")]
+    assert rows and (" / 288 |" in rows[0] or " / 80 |" in rows[0])
+    results = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
+    assert {t["hardware"] for t in results["top"]} <= {"mi355x", "h100"}
