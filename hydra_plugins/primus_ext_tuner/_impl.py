@@ -210,10 +210,9 @@ class PrimusTunerSweeperImpl:
         assert self.launcher is not None
         job_base = [o for o in fixed
                     if o.split("=", 1)[0] != "mode" and not o.startswith("tune.")]
-        mode = next((o for o in fixed if o.split("=", 1)[0] == "mode"), "mode=project")
-        if mode == "mode=tune":  # a validation job must not tune again
-            mode = "mode=project"
-        batch = [merge_overrides(job_base, ovs) + [mode] for _, ovs in candidates]
+        # Each job trains the candidate's recipe line for a few iterations (mode=train:
+        # measured iteration time and memory beside the projection).
+        batch = [merge_overrides(job_base, ovs) + ["mode=train"] for _, ovs in candidates]
         self.validate_batch_is_legal(batch)
         size = self.max_batch_size or len(batch)
         returns: list[JobReturn] = []

@@ -110,7 +110,7 @@ def print_report(result, candidates: Sequence, returns: Sequence, sweep_dir: Pat
         table.add_column("GPU (capacity GiB)", no_wrap=True)
     head = ["proj. tok/s/GPU", "proj. step s", "proj. MFU", "proj. GiB"]
     if returns:
-        head += ["job tok/s/GPU", "job step s", "job/proj.", "job verdict"]
+        head += ["job tok/s/GPU", "job step s", "job/proj.", "job GiB", "job verdict"]
     for name in head:
         table.add_column(name, justify="right")
     for i, (trial, _) in enumerate(candidates):
@@ -121,7 +121,7 @@ def print_report(result, candidates: Sequence, returns: Sequence, sweep_dir: Pat
                None if proj["mfu"] is None else f"{proj['mfu']:.1%}",
                None if proj["peak_memory_gib"] is None else f"{proj['peak_memory_gib']:.1f}"]
         if returns and i >= len(returns):
-            row += [None, None, None, "not launched"]
+            row += [None, None, None, None, "not launched"]
         elif returns:
             value = _value(returns[i])
             job = _figures(value if isinstance(value, dict) else None)
@@ -129,7 +129,9 @@ def print_report(result, candidates: Sequence, returns: Sequence, sweep_dir: Pat
             delta = (tps / proj["tokens_per_s_per_gpu"] - 1.0
                      if tps and proj["tokens_per_s_per_gpu"] else None)
             row += [tps, job["step_time_s"],
-                    None if delta is None else f"{delta:+.1%}", _verdict(value)]
+                    None if delta is None else f"{delta:+.1%}",
+                    None if job["peak_memory_gib"] is None
+                    else f"{job['peak_memory_gib']:.1f}", _verdict(value)]
         table.add_row(*["-" if c is None else fmt(c) for c in row])
     Console(width=170).print(table)
 

@@ -72,10 +72,10 @@ def test_end_to_end_recipe_and_two_validated_jobs(dirs, run_app):
     assert results["best_evaluated_params"]["model"] == "mixtral_8x22b"
     launched = [t for t in results["top"] if "job" in t]
     assert len(launched) == 2
-    for entry in launched:  # the simulate backend: the job reproduces the projection
-        assert entry["job"]["verdict"] == "fits"
-        assert entry["job"]["tokens_per_s_per_gpu"] == pytest.approx(
-            entry["projected"]["tokens_per_s_per_gpu"], rel=1e-9)
+    for entry in launched:  # a job trains its recipe's line (mode=train): 8 MI355X
+        # nodes are not this machine, so it says so instead of re-projecting
+        assert entry["job"]["verdict"] == "not run"
+        assert entry["job"]["tokens_per_s_per_gpu"] is None
     assert launched[0]["projected"]["tokens_per_s_per_gpu"] == pytest.approx(
         results["best_evaluated_result"])
 
@@ -84,11 +84,11 @@ def test_end_to_end_recipe_and_two_validated_jobs(dirs, run_app):
     assert len(rows) == 2
     assert {r["tuner_rank"] for r in rows} == {"1", "2"}
     for r in rows:
-        assert float(r["tokens_per_s_per_gpu"]) == pytest.approx(
-            float(r["projected_tokens_per_s_per_gpu"]))
+        assert float(r["projected_tokens_per_s_per_gpu"]) > 0
     for job in ("0", "1"):  # one directory per launched job, none per candidate
         rec = json.loads((sweep_dir / job / "result.json").read_text())
-        assert rec["result"]["tokens_per_s_per_gpu"] > 0
+        assert rec["result"]["mode"] == "train"
+        assert "needs 8 nodes" in rec["result"]["reason"]
     assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir()) == ["0", "1"]
     assert "launched as jobs" in res.stdout
     assert not list(cwd.iterdir())
