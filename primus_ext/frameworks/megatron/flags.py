@@ -60,6 +60,7 @@ def model_args(spec: RunSpec) -> list:
     # Always written: Megatron-LM requires it (legal_megatron, arguments.py:799).
     a += ["--max-position-embeddings", recipe_max_position_embeddings(m, spec.train)]
     a.value("--position-embedding-type", m.position_embedding_type)
+    a.value("--rotary-percent", m.rotary_percent)
     a.value("--normalization", m.normalization)
     a.value("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by)
     a.value("--hidden-dropout", m.hidden_dropout)
