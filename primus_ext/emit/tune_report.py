@@ -167,9 +167,12 @@ def _headroom(r) -> list[str]:
     bm = r.best.metrics
     if not bm.get("memory_tight"):
         return []
+    over = bm.get("memory_over_device")
     L = ["## Memory risk", "",
          f"The winner's peak ({_gib(bm)} GiB of {bm['device_bytes'] / _GIB:.1f} GiB) is "
-         f"within the tune.memory_margin of {margin:.0%}: **tight**."]
+         + ("over the device by the memory model, but the layout is a published one "
+            "that ran: **tight**." if over else
+            f"within the tune.memory_margin of {margin:.0%}: **tight**.")]
     roomy = next((t for t in r.top(10**9) if not t.metrics.get("memory_tight")), None)
     if roomy is None:
         L.append("No scored layout has comfortable headroom.")
