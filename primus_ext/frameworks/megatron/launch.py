@@ -51,9 +51,11 @@ def train(la) -> dict:
     from primus_ext.frameworks.megatron.build import build, init_distributed
     from primus_ext.frameworks.megatron.runner import local_hardware
     from primus_ext.frameworks.megatron.step import data_iterators, train_step
+    from primus_ext.measure.budget import resident_bytes
     rank, world = init_distributed()
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     spec = _run_spec(la.spec, world, local, local_hardware())
+    rss0 = resident_bytes()
     built = build(spec)
     iters = data_iterators(built)
     m = spec.num_microbatches
@@ -89,9 +91,28 @@ def train(la) -> dict:
         for key in sorted(med):
             print(f"  rank {rank} {key[0]} {key[1]}: {med[key] * 1e3:.3f} ms", flush=True)
     out = {"spec": dataclasses.asdict(spec.parallel), "world": world, "median_step_s": median,
-           "steps": steps}
+           "steps": steps, **_memory_seen(rss0)}
     dist.barrier()
     return out
+
+
+def _memory_seen(rss0: int) -> dict:
+    """The run's memory, the largest over ranks: on CUDA torch's allocated peak (what
+    Megatron-LM logs as mem-max-allocated-bytes); on a CPU, which keeps no allocator
+    statistics, the growth of the resident set since before the build (a proxy: it
+    also holds the allocator's cached and fragmented pages)."""
+    import resource
+
+    import torch
+    import torch.distributed as dist
+    if torch.cuda.is_available():
+        t = torch.tensor([torch.cuda.max_memory_allocated()], dtype=torch.float64).cuda()
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+        t = torch.tensor([max(peak - rss0, 0)], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    key = "max_allocated_bytes" if torch.cuda.is_available() else "rss_growth_bytes"
+    return {key: int(t.item())}
 
 
 def _loss_everywhere(loss: float) -> float:
