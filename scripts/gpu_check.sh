@@ -22,7 +22,7 @@
 # Outputs in $OUT (default: a temp dir): <case>.profile.json, <case>.projection.json,
 # <case>.timings.json, <case>.project.log, <case>.train.log, compare.txt.
 # Environment: PYTHON (default .venv/bin/python or python3), SHAPE, CASES, LAYERS, SEQ,
-# ITERS (default 8 real, 6 tiny), NPROC (default 1; more runs torchrun).
+# ITERS (default 8 real, 12 tiny), NPROC (default 1; more runs torchrun).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
@@ -46,7 +46,7 @@ if [ "$SHAPE" = real ]; then
   H=4096; HEADS=32; KVG=8; FFN=14336; VOCAB=128256; MOE_VOCAB=32000
   MEASURE=(--measure-warmup 3 --measure-repeats 5)
 else
-  LAYERS=${LAYERS:-2}; SEQ=${SEQ:-128}; ITERS=${ITERS:-6}
+  LAYERS=${LAYERS:-2}; SEQ=${SEQ:-128}; ITERS=${ITERS:-12}
   H=128; HEADS=4; KVG=2; FFN=256; VOCAB=1024; MOE_VOCAB=512
   # A CPU's first steps run several times slower (allocator, lazy init): warm up longer.
   MEASURE=(--measure-warmup 4 --measure-repeats 4)
