@@ -11,9 +11,11 @@
   both; Muon adds one fp32 ``momentum_buffer`` per element (``muon_init_state_fn``:
   ``torch.zeros_like(p.data)`` of the master), Adam its two moments. fp32 training has
   no master copy (``FP32Optimizer``).
-- ``dist_muon``: ``LayerWiseDistributedOptimizer`` hands whole parameters to the ranks
-  of the data(-context)-parallel group (expert parameters over expert-DP) in a snake
-  order, so a rank keeps the state of about 1/dp of them; ``muon`` keeps all.
+- ``dist_muon``: ``LayerWiseDistributedOptimizer.shard_params`` hands whole parameters,
+  sorted by size, to the ranks of the data(-context)-parallel group (expert parameters
+  over expert-DP) in a ping-pong order (0..dp-1, dp-1..0, ...); a rank keeps the state of
+  its own, and the largest rank's is taken (``dist_muon_bytes``: the embedding, one
+  tensor, stays whole on one rank); ``muon`` keeps all.
 - Work: Muon orthogonalises each weight's momentum with ``muon_num_ns_steps`` (5)
   Newton-Schulz iterations on the rank's TP shard (``muon_tp_mode`` blockwise); the
   fused QKV weight per query group as its q, k and v blocks (``muon_split_qkv``, on by
@@ -77,28 +79,57 @@ def muon_shard(model: ModelSpec, par: ParallelSpec, stage: int,
     (all its chunks), before ``dist_muon`` splits them over data-parallel ranks."""
     md = me = ad = ae = 0
     flops = 0.0
-    for chunk in range(par.vpp):
-        for t in chunk_param_tensors(model, par, stage, chunk, local_spec):
-            if is_muon_weight(t.name):
-                if t.expert:
-                    me += t.numel
-                else:
-                    md += t.numel
-                flops += _weight_flops(model, par, t.name, t.numel, steps)
-            elif t.expert:
-                ae += t.numel
+    for t in _tensors(model, par, stage, local_spec):
+        if is_muon_weight(t.name):
+            if t.expert:
+                me += t.numel
             else:
-                ad += t.numel
+                md += t.numel
+            flops += _weight_flops(model, par, t.name, t.numel, steps)
+        elif t.expert:
+            ae += t.numel
+        else:
+            ad += t.numel
     return MuonShard(muon_dense=md, muon_expert=me, adam_dense=ad, adam_expert=ae,
                      ns_flops=flops)
 
 
+def _tensors(model: ModelSpec, par: ParallelSpec, stage: int, local_spec: bool):
+    return [t for chunk in range(par.vpp)
+            for t in chunk_param_tensors(model, par, stage, chunk, local_spec)]
+
+
 def muon_optimizer_bytes(shard: MuonShard, optimizer: str, master_bytes: int,
-                         dp: int, expert_dp: int) -> int:
+                         dp: int, expert_dp: int, model: ModelSpec | None = None,
+                         par: ParallelSpec | None = None, stage: int = 0,
+                         local_spec: bool = False) -> int:
     """Master weights plus Muon's momentum / Adam's two moments (fp32) this rank keeps;
-    ``dist_muon`` keeps about 1/dp (dense) and 1/expert-DP (expert) of them."""
+    ``dist_muon``: the largest rank's share of whole parameters (``dist_muon_bytes``)."""
+    if optimizer == "dist_muon" and model is not None and par is not None:
+        return dist_muon_bytes(model, par, stage, local_spec, master_bytes, dp, expert_dp)
     dense = shard.muon_dense * (master_bytes + 4) + shard.adam_dense * (master_bytes + 8)
     expert = shard.muon_expert * (master_bytes + 4) + shard.adam_expert * (master_bytes + 8)
     if optimizer == "dist_muon":
         return -(-dense // dp) + -(-expert // max(expert_dp, 1))
     return dense + expert
+
+
+@lru_cache(maxsize=1024)
+def dist_muon_bytes(model: ModelSpec, par: ParallelSpec, stage: int, local_spec: bool,
+                    master_bytes: int, dp: int, expert_dp: int) -> int:
+    """The largest optimizer state of a rank under LayerWiseDistributedOptimizer: whole
+    parameters sorted by size go to the ranks in ping-pong order, dense over dp, expert
+    over expert-DP (shard_params)."""
+    def largest(sizes: list[tuple[int, int]], ranks: int) -> int:
+        if ranks <= 1:
+            return sum(n * b for n, b in sizes)
+        loop = list(range(ranks)) + list(range(ranks))[::-1]
+        per = [0] * ranks
+        for i, (n, b) in enumerate(sorted(sizes, key=lambda x: x[0])):
+            per[loop[i % len(loop)]] += n * b
+        return max(per)
+    dense, expert = [], []
+    for t in _tensors(model, par, stage, local_spec):
+        b = master_bytes + (4 if is_muon_weight(t.name) else 8)
+        (expert if t.expert else dense).append((t.numel, b))
+    return largest(dense, dp) + largest(expert, expert_dp)

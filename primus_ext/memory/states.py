@@ -161,7 +161,8 @@ def stage_states(model: ModelSpec, par: ParallelSpec, train: TrainSpec, stage: i
     if train.optimizer in MUON_OPTIMIZERS:
         master = 0 if train.precision == "fp32" else 4
         obytes_total = muon_optimizer_bytes(muon_shard(model, par, stage, local_spec),
-                                            train.optimizer, master, dp, expert_dp)
+                                            train.optimizer, master, dp, expert_dp,
+                                            model, par, stage, local_spec)
         if train.optimizer == "dist_muon":
             opt_elems = -(-(sp.num_params - sp.num_expert_params) // dp) + \
                 -(-sp.num_expert_params // max(expert_dp, 1))
