@@ -106,9 +106,34 @@ def torchrun_args(argv: list[str], env: Mapping[str, str],
     return argv, updates
 
 
+def check_override_syntax(args: list[str]) -> None:
+    """Raise one ValueError naming the first override Hydra's grammar cannot parse
+    (Hydra would print its lexer's exception instead of the key the user typed)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    for arg in args:
+        if arg.startswith("-") or "=" not in arg:
+            continue  # Hydra's own flags (-m, --cfg job, ...) and their values
+        try:
+            parser.parse_overrides([arg])
+        except OverrideParseException as exc:
+            key = arg.split("=", 1)[0].lstrip("+~")
+            hint = ""
+            if any(not c.isascii() and (c.isdigit() or c.isspace()) for c in arg):
+                hint = "; write numbers with ASCII digits (0-9)"
+            elif any(c in arg for c in "[]{}(),'\""):
+                hint = "; quote a value that holds brackets, commas or quotes"
+            reason = str(exc).splitlines()[0] if str(exc) else "invalid syntax"
+            raise ValueError(f"{key}: override {arg!r} is not valid Hydra override syntax "
+                             f"({reason}){hint}") from None
+
+
 def main() -> None:
     try:
         argv, env = torchrun_args(sys.argv, os.environ, os.getppid())
+        check_override_syntax(argv[1:])
     except ValueError as exc:
         _fail(str(exc))
     sys.argv[:] = argv

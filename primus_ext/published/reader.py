@@ -38,6 +38,7 @@ from primus_ext.published.recompute import read_recompute
 from primus_ext.published.torchtitan import is_torchtitan_row, torchtitan_spec
 from primus_ext.published.tuned import tuned_layout
 from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec
+from primus_ext.util.files import input_file
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "validation" / "published_runs.csv"
 # Published MoE runs read and projected like the public set's, held apart from it (not
@@ -344,9 +345,7 @@ def read_runs(path: str | Path = DEFAULT_PATH) -> list[PublishedRun]:
 
     File-level errors (no such file, not UTF-8 text, no run_id column, a run_id on two
     rows) raise one ValueError naming the file; a bad row becomes that row's error."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"runs={str(path)!r}: no such file")
+    path = input_file(path, "runs")
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
