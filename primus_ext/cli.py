@@ -15,9 +15,14 @@ import sys
 from typing import Mapping
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from primus_ext.modes import NotAvailable, dispatch
+
+
+if not OmegaConf.has_resolver("primus_job_subdir"):
+    OmegaConf.register_new_resolver(
+        "primus_job_subdir", lambda mode: ".hydra" if str(mode).endswith("MULTIRUN") else None)
 
 
 def _fail(msg: str, code: int = 2):
@@ -28,7 +33,12 @@ def _fail(msg: str, code: int = 2):
 @hydra.main(version_base="1.3", config_path="pkg://hydra_conf", config_name="config")
 def _app(cfg: DictConfig):
     try:
-        return dispatch(cfg)
+        if _is_multirun() and cfg.get("output", "table") == "table":
+            return _sweep_job(cfg)
+        try:
+            return dispatch(cfg)
+        finally:
+            _drop_empty_run_dir()
     except (ValueError, NotAvailable, OSError) as exc:
         # OSError: a path the user named that cannot be read or written (permissions, a
         # full disk); anything else is a defect of this program and keeps its traceback.
@@ -40,6 +50,32 @@ def _app(cfg: DictConfig):
             print(f"primus-ext: {msg}", file=sys.stderr)
             return {"verdict": "illegal", "error": msg}
         _fail(msg)
+
+
+def _sweep_job(cfg: DictConfig):
+    """One job of a multirun: its full output goes to output.txt in its job directory,
+    and one line here, so the sweep's ranked summary is what the terminal shows."""
+    import contextlib
+
+    from hydra.core.hydra_config import HydraConfig
+
+    hc = HydraConfig.get()
+    path = os.path.join(hc.runtime.output_dir, "output.txt")
+    with open(path, "w") as f, contextlib.redirect_stdout(f):
+        result = dispatch(cfg)
+    print(f"job {hc.job.num}: {' '.join(hc.overrides.task)} -> {path}", flush=True)
+    return result
+
+
+def _drop_empty_run_dir() -> None:
+    """Remove the run directory Hydra made for a single run when nothing was written
+    into it (most modes write their outputs where the user says)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        os.rmdir(HydraConfig.get().runtime.output_dir)
+    except (OSError, ValueError):
+        pass  # not empty, already gone, or no Hydra run (the Python API)
 
 
 def _message(exc: BaseException) -> str:

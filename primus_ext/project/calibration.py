@@ -94,6 +94,19 @@ def load_calibration(path: str | os.PathLike | None) -> Calibration:
     return _load(str(p), p.stat().st_mtime)
 
 
+def calibration_note(path, hardware: str) -> str:
+    """One line saying which fitted constants a projection used for ``hardware``."""
+    calib = load_calibration(path)
+    where = ("none (calibration=null)" if path in (None, "none") else
+             f"the packaged fit ({DEFAULT_PATH.name})" if path == "default" else str(path))
+    values = calib.constants.get(hardware)
+    if not values:
+        return (f"calibration: {where}; no fitted constants for {hardware}, the preset's "
+                "priors are used")
+    return (f"calibration: {where}, {len(values)} fitted constant(s) for {hardware} "
+            f"({', '.join(sorted(values))})")
+
+
 def default_output_path() -> Path:
     """Where ``mode=calibrate`` writes without ``out=``: the user's primus-ext home
     (``$PRIMUS_EXT_HOME``, else ``~/.cache/primus-ext``), never the package."""
