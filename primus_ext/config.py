@@ -5,6 +5,7 @@ overrides, the same validation.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 from pathlib import Path
 from typing import Any, Mapping
@@ -73,9 +74,25 @@ def _plain(node) -> dict:
 
 
 def model_from_cfg(cfg: DictConfig) -> ModelSpec:
-    values = {k: v for k, v in _plain(cfg.model).items()
-              if not (v is None and k in _REQUIRED_MODEL)}
-    return _build(ModelSpec, "model", values)
+    return model_and_notes(cfg)[0]
+
+
+def model_and_notes(cfg: DictConfig) -> tuple[ModelSpec, list[str]]:
+    """The ModelSpec of a composed config, and what a Hugging Face config.json read by
+    ``model=hf model.hf_config=PATH`` holds that the projection does not model."""
+    values = _plain(cfg.model)
+    notes: list[str] = []
+    if "hf_config" in values:
+        from primus_ext.presets.hf_config import model_from_hf
+        if values["hf_config"] in (None, "???"):
+            raise ValueError("model=hf needs model.hf_config=PATH (a config.json or a "
+                             "directory holding one)")
+        fields, notes = model_from_hf(str(values.pop("hf_config")))
+        # Fields stated on the command line (+model.FIELD=VALUE) override the file.
+        values = {**fields, **{k: v for k, v in values.items() if v is not None}}
+        notes = [f"model.hf_config: {n}" for n in notes]
+    values = {k: v for k, v in values.items() if not (v is None and k in _REQUIRED_MODEL)}
+    return _build(ModelSpec, "model", values), notes
 
 
 def spec_from_cfg(cfg: DictConfig) -> RunSpec:
@@ -101,7 +118,9 @@ def spec_and_notes(cfg: DictConfig) -> tuple[RunSpec, list[str]]:
     te = cfg.train.get("te")
     parallel, notes = fill_unstated_parallel(
         _plain(cfg.parallel), te=hw.name != "cpu" if te is None else bool(te))
-    parts = {"model": model_from_cfg(cfg),
+    model, model_notes = model_and_notes(cfg)
+    notes = model_notes + notes
+    parts = {"model": model,
              "parallel": _build(ParallelSpec, "parallel", parallel),
              "train": _build(TrainSpec, "train", _plain(cfg.train)),
              "cluster": _build(ClusterSpec, "cluster", {**cluster, "hardware": hw})}
@@ -128,6 +147,34 @@ _REQUIRED_MODEL = frozenset(f.name for f in dataclasses.fields(ModelSpec)
                             if f.default is dataclasses.MISSING)
 
 
+def tune_spec(cfg: DictConfig) -> tuple[RunSpec, tuple[str, ...]]:
+    """The tuner's job: the composed spec, or, when its layout cannot run the job, the
+    smallest legal model-parallel layout (tune/start.py); and the parallel settings the
+    config left unstated (each candidate takes the recipe rule's value)."""
+    from primus_ext.presets.recipe_defaults import UNSTATED_PARALLEL
+    from primus_ext.tune.start import starting_spec
+
+    unstated = tuple(k for k in UNSTATED_PARALLEL if cfg.parallel.get(k) is None)
+    try:
+        return spec_from_cfg(cfg), unstated
+    except ValueError as exc:
+        first = exc
+    cl = _plain(cfg.cluster)
+    hw = hardware_preset(cl["hardware"]) if isinstance(cl.get("hardware"), str) else None
+    node = int(cl.get("gpus_per_node") or (hw.gpus_per_node if hw else 8))
+    world = int(cl.get("num_nodes") or 1) * node
+
+    def build(fields: dict) -> RunSpec:
+        c = copy.deepcopy(cfg)
+        for k, v in fields.items():
+            OmegaConf.update(c, f"parallel.{k}", v, merge=False)
+        return spec_from_cfg(c)
+    return starting_spec(build, world=world, node_size=node,
+                         num_layers=int(cfg.model.num_layers),
+                         global_batch_size=int(cfg.train.global_batch_size),
+                         error=first), unstated
+
+
 def tune_inputs(overrides: list[str]) -> tuple[RunSpec, dict, dict]:
     """What the tuner needs from override strings: the spec, the composed ``tune`` group
     as a plain dict (unresolved: ``${hydra:...}`` needs a Hydra run), and the calibration
@@ -135,4 +182,5 @@ def tune_inputs(overrides: list[str]) -> tuple[RunSpec, dict, dict]:
     cfg = compose_cfg(list(overrides))
     data = OmegaConf.to_container(cfg.tune, resolve=False)
     extra = {"calibration": cfg.get("calibration", "default"), "profile": cfg.get("profile")}
-    return spec_from_cfg(cfg), data, extra
+    spec, unstated = tune_spec(cfg)
+    return spec, data, {**extra, "unstated": unstated}

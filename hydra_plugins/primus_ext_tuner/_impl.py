@@ -172,7 +172,7 @@ class PrimusTunerSweeperImpl:
         return returns
 
     def _tuner_inputs(self, fixed: list[str], axes: Dict[str, list], sweep_dir: Path):
-        from primus_ext.config import spec_from_cfg
+        from primus_ext.config import tune_spec
         from primus_ext.tune.settings import TuneSettings
 
         assert self.hydra_context is not None and self.config is not None
@@ -181,7 +181,7 @@ class PrimusTunerSweeperImpl:
         with read_write(cfg), open_dict(cfg):
             del cfg["hydra"]  # the task's view, as a job would see it
         try:
-            spec = spec_from_cfg(cfg)
+            spec, unstated = tune_spec(cfg)
             data = OmegaConf.to_container(cfg.tune, resolve=False)
             space = dict(data.get("space") or {})
             space.update(axes)
@@ -189,7 +189,7 @@ class PrimusTunerSweeperImpl:
             data["out_dir"] = str(sweep_dir)  # results and recipe into the sweep dir
             settings = TuneSettings.from_dict(
                 data, calibration=cfg.get("calibration", "default"),
-                profile=cfg.get("profile"))
+                profile=cfg.get("profile"), unstated=unstated)
         except ValueError as exc:  # a user error: one line, as the app reports it
             raise TunerSweepError(f"primus_tuner: {exc}") from exc
         return spec, settings

@@ -25,6 +25,10 @@ Rules (each applied one is named in ``Downscaled.rules``, and saved in the profi
 - ``dp``: 1, unless the expert axes need more ranks than tp*cp (then the attention part
   runs data-parallel, as it would in the target).
 - ``batch``: the target's micro-batch size and sequence; ``num_microbatches`` per step.
+- ``seq`` / ``vocab`` (when the measurement plan asks, ``measure/plan.py``): a shorter
+  sequence (per-token parts rescaled by tokens, core attention on its own ratio) and a
+  slice of the vocabulary (embedding and output layer rescaled by shape), both restored
+  by the projector's simulate-backend ratios on the measuring hardware.
 - ``recompute``: the target's setting is kept for the activation count (full recompute as
   ``uniform`` with one layer per unit: every layer checkpointed); layer timing runs
   without recompute, and the projector prices recompute from the measured forward.
@@ -61,7 +65,8 @@ def layer_counts(spec: RunSpec) -> tuple[int, int]:
 
 
 def downscale(target: RunSpec, local_world: int, local_hardware: str, *,
-              layers_per_kind: int = 2, num_microbatches: int = 2) -> Downscaled:
+              layers_per_kind: int = 2, num_microbatches: int = 2,
+              seq_length: int | None = None, vocab_size: int | None = None) -> Downscaled:
     if local_world < 1:
         raise ValueError(f"local_world={local_world} must be >= 1")
     m, p, t = target.model, target.parallel, target.train
@@ -156,6 +161,18 @@ def downscale(target: RunSpec, local_world: int, local_hardware: str, *,
     if target.dp != dp_l:
         rules.append(f"dp: {target.dp} -> {dp_l}; data-parallel sync is simulated")
 
+    if vocab_size is not None:
+        per_rank = padded_vocab(m.vocab_size, m.make_vocab_size_divisible_by, p.tp) // p.tp
+        v_l = padded_vocab(vocab_size, m.make_vocab_size_divisible_by, tp_l)
+        if v_l < per_rank * tp_l:
+            ov.append(f"model.vocab_size={v_l}")
+            rules.append(f"vocab: {m.vocab_size} -> {v_l} measured (a slice); embedding "
+                         "and output layer rescaled by their shapes")
+    if seq_length is not None and seq_length < t.seq_length:
+        ov += [f"train.seq_length={seq_length}"]
+        rules.append(f"seq: {t.seq_length} -> {seq_length} tokens measured; per-token "
+                     "parts (GEMMs, norms, residuals) rescaled by tokens, core attention "
+                     "by its own (quadratic) ratio")
     # Batch: the target's microbatch, a few microbatches per step.
     ov += [f"train.global_batch_size={t.micro_batch_size * dp_l * num_microbatches}"]
     if t.recompute_granularity == "full":

@@ -68,8 +68,9 @@ def attention_items(model: ModelSpec, train: TrainSpec, d: Dims) -> Items:
     else:
         it |= _unfused_core(model, train, d, a, g, hd, qkv, rope, gqa)
     if rope and not d.flash and not d.te:
-        # mcore's unfused RoPE saves cos and sin of the positions for q and for k.
-        it["rope.cos_sin"] = 4 * d.s * (model.head_dim) * e
+        # mcore's unfused RoPE saves cos and sin of the positions for q and for k, over
+        # the rotated dims (rope_utils._apply_rotary_pos_emb_bshd: freqs' last dim).
+        it["rope.cos_sin"] = 4 * d.s * int(model.head_dim * model.rotary_percent) * e
     it["proj.input"] = n * a * hd * e
     it["proj.dropout_mask"] = _dropout_mask(d.n_sp, h, model.hidden_dropout)
     return it

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from primus_ext.compute.model_flops import FORMULA_NAME, model_flops_per_token
-from primus_ext.config import model_from_cfg
+from primus_ext.config import model_and_notes
 from primus_ext.emit.console import print_json, print_table
 from primus_ext.memory.params import count_params
 from primus_ext.spec import ModelSpec
@@ -26,8 +26,10 @@ def describe(model: ModelSpec, seq_length: int) -> dict:
 
 def run(cfg) -> dict:
     # describe needs only the model: layouts and clusters are not validated here.
-    model = model_from_cfg(cfg)
+    model, notes = model_and_notes(cfg)
     out = describe(model, int(cfg.train.seq_length))
+    if notes:
+        out["notes"] = notes
     if cfg.output == "json":
         print_json(out)
     else:
@@ -39,4 +41,6 @@ def run(cfg) -> dict:
             ("decoder layers (MoE)", f"{model.num_layers} ({model.num_moe_layers})"),
             (f"training FLOPs/token at seq {out['seq_length']}", f"{out['flops_per_token']:.4g}"),
         ], caption=f"FLOPs: {FORMULA_NAME}")
+        for note in notes:
+            print(f"note: {note}")
     return out

@@ -5,10 +5,31 @@ local device(s) and save its Profile.
         profile=llama8b.profile.json
     torchrun --nproc-per-node 2 -m primus_ext.cli mode=measure ... profile=p.json
 
-Options (optional keys): ``+measure.warmup``, ``+measure.repeats``,
-``+measure.num_microbatches``, ``+measure.layers_per_kind``, ``+measure.microbench``,
-``+measure.contention``. The profile goes to ``profile=`` or, when that is null, to
-``profile.json`` in the run directory. Then: ``mode=project backend=profile profile=FILE``.
+Before anything large is allocated, a plan (``measure/plan.py``) applies the memory
+model to the downscaled run on this device and shrinks it until it fits (microbatches,
+optimizer, layers, vocabulary slice, sequence; each step is a rule in the profile); if
+nothing fits it prints one line saying what it would need and exits (status 3): use
+``mode=project`` (the analytic backend) instead. Progress goes to stderr with elapsed
+times: the plan, build, warmup, layer k of n, collectives, activations.
+``+measure.help=true`` prints these options and exits.
+
+Options (optional keys, ``+measure.KEY=VALUE``):
+
+- ``warmup`` (2): untimed steps before timing (same hardware as the target);
+- ``repeats`` (3): timed steps; the median per layer kind is kept;
+- ``num_microbatches`` (2): microbatches per measured step (the plan may take 1);
+- ``layers_per_kind`` (2): decoder layers of each kind built (the plan may take 1);
+- ``microbench`` (true): collective microbenchmarks on the process groups (2+ ranks);
+- ``microbench_repeats`` (5): repeats of each microbenchmark size;
+- ``count_activations`` (true): one forward with the saved-tensor counter and FLOP count;
+- ``contention`` (true): on a CPU, time again with the other cores busy;
+- ``local_hardware`` (detected): the measuring device's preset (cpu, h100, ...);
+- ``memory_gib`` (device's): the memory budget (CPU: all local processes together,
+  default half of MemAvailable, at most 6 GiB; GPU: per device, 90% of its free memory);
+- ``max_seconds`` (150 on a CPU, 300 on a GPU): the estimated compute budget.
+
+The profile goes to ``profile=`` or, when that is null, to ``profile.json`` in the run
+directory. Then: ``mode=project backend=profile profile=FILE``.
 """
 from __future__ import annotations
 
@@ -18,12 +39,19 @@ from primus_ext.config import spec_from_cfg
 from primus_ext.emit.console import print_json, print_table
 
 OPTION_KEYS = ("warmup", "repeats", "num_microbatches", "layers_per_kind", "microbench",
-               "microbench_repeats", "count_activations", "contention", "local_hardware")
+               "microbench_repeats", "count_activations", "contention", "local_hardware",
+               "memory_gib", "max_seconds")
+
+
+def options_help() -> str:
+    doc = __doc__ or ""
+    return doc[doc.index("Before anything"):].strip()
 
 
 def _options(cfg, overrides: tuple[str, ...]):
     from primus_ext.frameworks.megatron.runner import MeasureOptions
     raw = dict(cfg.get("measure") or {})
+    raw.pop("help", None)
     unknown = sorted(set(raw) - set(OPTION_KEYS))
     if unknown:
         raise ValueError(f"measure.{unknown[0]} is not a measure option; known: "
@@ -44,6 +72,9 @@ def _out_path(cfg) -> str:
 def summary_rows(profile) -> list[tuple]:
     rows = [("device", f"{profile.device.get('name')} ({profile.hardware}) x "
                        f"{profile.device.get('count')}")]
+    plan = next((n for n in profile.notes if n.startswith("plan: ")), None)
+    if plan:
+        rows.append(("measured run", plan[len("plan: "):]))
     for kind, kt in profile.layers.items():
         comm = sum(v.get("fwd", 0) + v.get("bwd", 0) for v in kt.comm_s.values())
         rows.append((f"{kind} fwd / bwd (ms)",
@@ -61,9 +92,12 @@ def summary_rows(profile) -> list[tuple]:
 
 
 def run(cfg) -> dict:
+    if (cfg.get("measure") or {}).get("help"):
+        print(options_help())
+        return {}
     from primus_ext.frameworks.megatron.build import prepare_runtime
     prepare_runtime()  # tracer before megatron.core is imported
-    from primus_ext.frameworks.megatron.runner import measure
+    from primus_ext.frameworks.megatron.runner import MeasurementDoesNotFit, measure
 
     spec = spec_from_cfg(cfg)
     if cfg.get("profile"):  # fail before the measurement, not after it
@@ -75,7 +109,16 @@ def run(cfg) -> dict:
         overrides = tuple(HydraConfig.get().overrides.task)
     except ValueError:
         pass
-    profile = measure(spec, _options(cfg, overrides))
+    try:
+        profile = measure(spec, _options(cfg, overrides))
+    except MeasurementDoesNotFit as exc:
+        import sys
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(str(exc).replace("--projection-backend simulate", "mode=project "
+                               "backend=simulate").replace(
+                  "--measure-memory-gib / --measure-max-seconds",
+                  "+measure.memory_gib / +measure.max_seconds"), file=sys.stderr)
+        sys.exit(3)
     path = _out_path(cfg)
     import torch.distributed as dist
     rank = dist.get_rank() if dist.is_initialized() else 0

@@ -100,9 +100,18 @@ def print_estimate(spec, est) -> None:
             ("peak memory (GiB)", f"{gib(est.peak_memory_bytes):.1f} of "
                                   f"{gib(est.memory.device_bytes):.1f}"),
             ("fits", est.fits)]
+    band = est.error_band()
+    if band:
+        tb, sb = band["tokens_per_s_per_gpu"], band["step_time_s"]
+        rows[2:2] = [(f"  tokens/s/GPU {tb['coverage']:.0%} band",
+                      f"{tb['low']:,.0f} - {tb['high']:,.0f}"),
+                     (f"  step time {sb['coverage']:.0%} band (s)",
+                      f"{sb['low']:.4g} - {sb['high']:.4g}")]
     for key, value in est.breakdown.items():
         share = value / est.step_time_s if est.step_time_s else 0.0
         rows.append((f"  {key[:-2].replace('_', ' ')} (s)", f"{value:.4f}  ({share:.1%})"))
     print_table(title, ["quantity", "value"], rows,
                 caption=f"FLOPs: {est.flop_formula}; backend: {est.backend}; "
-                        f"schedule {est.schedule}, {est.num_microbatches} microbatches")
+                        f"schedule {est.schedule}, {est.num_microbatches} microbatches"
+                        + (f"; band: measured/projected of held-out runs of "
+                           f"{band['tokens_per_s_per_gpu']['basis']}" if band else ""))

@@ -15,7 +15,8 @@ from primus_ext.project.validate import project_run, summarize
 from primus_ext.published import DEFAULT_PATH, read_runs
 from primus_ext.util.files import atomic_write_text, output_path
 
-COLUMNS = ("run_id", "tokens_per_s_per_gpu", "step_time_s", "tflops_per_gpu", "mfu",
+COLUMNS = ("run_id", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_low",
+           "tokens_per_s_per_gpu_high", "step_time_s", "tflops_per_gpu", "mfu",
            "peak_memory_gib", "fits", "error", "measured_tokens_per_s_per_gpu",
            "rel_error")
 
@@ -78,9 +79,12 @@ def validate(path, calibration="default"):
 
 def row_dict(r) -> dict:
     e = r.estimate
+    band = r.band["tokens_per_s_per_gpu"] if e else None
     return {
         "run_id": r.run_id,
         "tokens_per_s_per_gpu": round(e.tokens_per_s_per_gpu, 2) if e else "",
+        "tokens_per_s_per_gpu_low": round(band["low"], 2) if band else "",
+        "tokens_per_s_per_gpu_high": round(band["high"], 2) if band else "",
         "step_time_s": round(e.step_time_s, 5) if e else "",
         "tflops_per_gpu": round(e.tflops_per_gpu, 2) if e else "",
         "mfu": round(e.mfu, 4) if e else "",
@@ -119,9 +123,11 @@ def run(cfg) -> dict:
     shown = results[:MAX_TABLE_ROWS]
     more = len(results) - len(shown)
     print_table("projected vs measured tokens/s/GPU",
-                ["run", "gpu", "model", "projected", "measured", "error", "note"],
+                ["run", "gpu", "model", "projected", "80% band", "measured", "error",
+                 "note"],
                 [(r.run_id, r.gpu, r.model,
                   r.estimate.tokens_per_s_per_gpu if r.estimate else None,
+                  _band_cell(r),
                   r.measured_tokens_per_s_per_gpu,
                   f"{r.rel_error:+.1%}" if r.rel_error is not None else "",
                   (r.error or ({"tflops": "from TFLOP/s", "mfu": "from MFU"}.get(r.measured_from, "")))[:60])
@@ -133,6 +139,13 @@ def run(cfg) -> dict:
                 [(g, n, f"{med:.1%}", f"{p90:.1%}") for g, n, med, p90 in summary])
     _check_projected(cfg, results)
     return out
+
+
+def _band_cell(r) -> str:
+    if r.estimate is None:
+        return ""
+    b = r.band["tokens_per_s_per_gpu"]
+    return f"{b['low']:,.0f}-{b['high']:,.0f}"
 
 
 def _check_projected(cfg, results) -> None:

@@ -22,8 +22,14 @@ def _conf_dir() -> Path:
     return Path(hydra_conf.__file__).resolve().parent
 
 
+# Files of a group that are readers, not presets: model/hf.yaml reads a Hugging Face
+# config.json (presets/hf_config.py).
+_READERS = {"model": ("hf",)}
+
+
 def list_presets(group: str) -> list[str]:
-    return sorted(p.stem for p in (_conf_dir() / group).glob("*.yaml") if not p.stem.startswith("_"))
+    return sorted(p.stem for p in (_conf_dir() / group).glob("*.yaml")
+                  if not p.stem.startswith("_") and p.stem not in _READERS.get(group, ()))
 
 
 @lru_cache(maxsize=None)

@@ -22,6 +22,7 @@ from primus_ext.project.calibration import Calibration, load_calibration
 from primus_ext.compute.costs import LayerCosts
 from primus_ext.project.dp_sync import dp_sync
 from primus_ext.project.host_step import p2p_host_s, step_host
+from primus_ext.project.bands import spec_features
 from primus_ext.project.estimate_types import Estimate
 from primus_ext.project.schedule import ScheduleInput
 from primus_ext.project.schedule_fast import simulate_fast
@@ -154,7 +155,8 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
         peak_tflops=peak, breakdown=breakdown, critical_stage=crit,
         stage_busy_s=tuple(totals), num_microbatches=m, schedule=sched.schedule,
         layout=spec.layout.describe(), backend=costs.source, memory=mem, notes=notes,
-        timeline=sched if record_timeline else None, layer_clocks=layer_clocks(costs))
+        timeline=sched if record_timeline else None, layer_clocks=layer_clocks(costs),
+        band_features=spec_features(spec))
 
 
 def layer_clocks(costs: LayerCosts) -> dict:

@@ -31,6 +31,9 @@ class Estimate:
     # its forward and backward (with recompute) and the share of the two phases the
     # host sets (what its clock takes beyond the device's, over their sum).
     layer_clocks: dict = field(default_factory=dict, compare=False)
+    # What the error band of this projection depends on besides its breakdown
+    # (project/bands.py spec_features: dense or MoE, hardware family, scale).
+    band_features: dict = field(default_factory=dict, compare=False)
 
     @property
     def peak_memory_bytes(self) -> int:
@@ -39,6 +42,14 @@ class Estimate:
     @property
     def fits(self) -> bool:
         return self.memory.fits
+
+    def error_band(self, recompute_inferred: bool = False) -> dict | None:
+        """The 80 % band of tokens/s/GPU and step time (project/bands.py), from the
+        held-out errors of comparable runs; None without band features."""
+        if not self.band_features:
+            return None
+        from primus_ext.project.bands import estimate_bands
+        return estimate_bands(self, recompute_inferred)
 
     def to_dict(self) -> dict:
         return {
@@ -60,4 +71,5 @@ class Estimate:
             "memory": self.memory.to_dict(),
             "notes": list(self.notes),
             "layer_clocks": dict(self.layer_clocks),
+            "error_band": self.error_band(),
         }

@@ -67,6 +67,7 @@ def _parts(spec: RunSpec, moe: bool, window: int | None) -> dict[str, dict[str, 
         out[part]["bwd"] += op.dgrad_s + op.wgrad_s
         if op.module == "core_attn":
             out["core_attn"]["fwd"] += op.fwd_s
+            out["core_attn"]["bwd"] += op.dgrad_s + op.wgrad_s
         if op.name in EXPERT_OPS:  # inside "mlp": the routed experts' share of it
             out["experts"]["fwd"] += op.fwd_s
             out["experts"]["bwd"] += op.dgrad_s + op.wgrad_s
@@ -209,16 +210,24 @@ def _measured_kind(profile: Profile, target: RunSpec, meas: RunSpec, name: str,
         pt = _parts(_on(target, hw), base == "moe", window)
         pm = _parts(_as_measured(_on(meas, hw), profile), base == "moe", None)
         a, mlp = kt.parts.get("attn", {}), kt.parts.get("mlp", {})
+        core = kt.parts.get("core_attn", {})
         new = {}
         for ph, total in (("fwd", fwd_c), ("bwd", bwd_c)):
             ma, mm = a.get(ph, 0.0), mlp.get(ph, 0.0)
             mo = max(total - ma - mm, 0.0)
-            new[ph] = (ma * _ratio(pt["attn"][ph], pm["attn"][ph])
+            # Core attention (quadratic in the sequence) on its own ratio, the rest of
+            # the attention block (its GEMMs, linear in the tokens) on theirs.
+            mc = min(core.get(ph, 0.0), ma)
+            rest_t = pt["attn"][ph] - pt["core_attn"][ph]
+            rest_m = pm["attn"][ph] - pm["core_attn"][ph]
+            new[ph] = ((ma - mc) * _ratio(rest_t, rest_m)
+                       + mc * _ratio(pt["core_attn"][ph], pm["core_attn"][ph])
                        + mm * _ratio(pt["mlp"][ph], pm["mlp"][ph])
                        + mo * _ratio(pt["other"][ph], pm["other"][ph]))
         fwd_c, bwd_c = new["fwd"], new["bwd"]
         core_f *= _ratio(pt["core_attn"]["fwd"], pm["core_attn"]["fwd"])
-        rules.append(f"{name}: rescaled by part (attention, MLP, norms/residuals) with the "
+        rules.append(f"{name}: rescaled by part (core attention, the rest of attention, "
+                     "MLP, norms/residuals) with the "
                      f"simulate backend's target/measured ratios on {hw}")
     elif base in ("embedding", "output") and not same:
         simm = simulate_layer_costs(_as_measured(_on(meas, profile.hardware),

@@ -60,6 +60,8 @@ def fitted_hardware(profile: Profile, hw):
 def _fit_hbm(spec: RunSpec, profile: Profile, meas: RunSpec) -> RunSpec:
     from primus_ext.project.optimizer import optimizer_step_s
     step = profile.step
+    if step.get("optimizer") == "modelled":  # the plan built no optimizer: nothing to fit
+        return spec
     target_s = step.get("optimizer_s", 0.0) + step.get("zero_grad_s", 0.0)
     n = step.get("num_params_per_rank", 0)
     n_e = step.get("num_expert_params_per_rank", 0)

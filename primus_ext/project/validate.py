@@ -24,6 +24,12 @@ class RowResult:
     error: str | None  # why the row could not be projected
     measured_tokens_per_s_per_gpu: float | None
     measured_from: str  # "tokens" | "tflops" | "mfu" | ""
+    recompute_inferred: bool = False  # the source left recompute unstated
+
+    @property
+    def band(self) -> dict | None:
+        """The projection's error band (project/bands.py), or None."""
+        return self.estimate.error_band(self.recompute_inferred) if self.estimate else None
 
     @property
     def rel_error(self) -> float | None:
@@ -62,7 +68,14 @@ def project_run(run, calibration, project_fn=None) -> RowResult:
     return RowResult(run_id=run.run_id, model=run.row.get("model", ""), source=run.source, gpu=run.gpu,
                      arch="moe" if run.is_moe else "dense", precision=run.precision or "",
                      estimate=est, error=err, measured_tokens_per_s_per_gpu=tokens,
-                     measured_from=how)
+                     measured_from=how, recompute_inferred=recompute_inferred(run))
+
+
+def recompute_inferred(run) -> bool:
+    """The source left the recompute cell empty: the reader inferred the setting (its
+    recipe rules or the memory verdict)."""
+    row = getattr(run, "row", None) or {}
+    return "recompute" in row and not (row.get("recompute") or "").strip()
 
 
 def percentile(values: list[float], q: float) -> float:

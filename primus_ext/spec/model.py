@@ -36,6 +36,9 @@ class ModelSpec:
     add_qkv_bias: bool = False
     qk_layernorm: bool = False
     position_embedding_type: str = "rope"
+    # --rotary-percent: RoPE rotates this fraction of each head's dims (megatron-core
+    # RotaryEmbedding: dim = int(kv_channels * rotary_percent)); the rest pass through.
+    rotary_percent: float = 1.0
     untie_embeddings_and_output_weights: bool = True
     hidden_dropout: float = 0.0
     attention_dropout: float = 0.0
@@ -90,6 +93,8 @@ class ModelSpec:
             non_negative(_OWNER, f, v)
             if v >= 1:
                 raise ValueError(f"model.{f}={v} must be below 1")
+        if not 0 < self.rotary_percent <= 1:
+            raise ValueError(f"model.rotary_percent={self.rotary_percent} must be in (0, 1]")
         one_of(_OWNER, "normalization", self.normalization, NORMALIZATIONS)
         one_of(_OWNER, "activation", self.activation, ACTIVATIONS)
         one_of(_OWNER, "position_embedding_type", self.position_embedding_type,

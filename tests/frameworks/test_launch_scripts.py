@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from primus_ext.frameworks.megatron.args import is_known
+from primus_ext.frameworks.megatron.args import is_known, parse_launch_args
+from primus_ext.frameworks.megatron.line_flags import _final_batch
+from primus_ext.frameworks.megatron.no_effect import LISTED_NOT_MODELLED
+from primus_ext.spec.model import padded_vocab
 from primus_ext.frameworks.megatron.launch import main
 from primus_ext.frameworks.megatron.layout_string import expand
 
@@ -22,7 +25,7 @@ SCRIPTS = {p.stem: json.loads(p.read_text()) for p in sorted(DATA.glob("*.json")
 def _target(doc: dict) -> list[str]:
     t = doc["target"]
     return ["--target-nodes", str(t["nodes"]), "--target-gpus-per-node",
-            str(t["gpus_per_node"]), "--target-hardware", "h100"]
+            str(t["gpus_per_node"]), "--target-hardware", t.get("hardware", "h100")]
 
 
 def _value(flags: list[str], flag: str, default=None):
@@ -30,12 +33,14 @@ def _value(flags: list[str], flag: str, default=None):
 
 
 def test_the_corpus_is_real_and_large_enough():
-    assert len(SCRIPTS) >= 12
+    assert len(SCRIPTS) >= 24
     repos = {d["source"]["repo"] for d in SCRIPTS.values()}
-    assert {"NVIDIA/Megatron-LM", "yanring/Megatron-MoE-ModelZoo"} <= repos
+    assert {"NVIDIA/Megatron-LM", "yanring/Megatron-MoE-ModelZoo", "ROCm/Megatron-LM",
+            "alibaba/Pai-Megatron-Patch", "swiss-ai/Megatron-LM",
+            "SURF-ML/Megatron-LM-Snellius"} <= repos
     for doc in SCRIPTS.values():
         src = doc["source"]
-        assert len(src["commit"]) == 40 and src["path"].endswith(".sh")
+        assert len(src["commit"]) == 40 and src["path"].endswith((".sh", ".job"))
         assert "--num-layers" in doc["flags"] and doc["target"]["nodes"] >= 1
 
 
@@ -55,7 +60,10 @@ def test_every_script_projects_analytically_and_keeps_what_it_says(name, tmp_pat
         "--project-only", "--projection-backend", "simulate", "--projection-out", str(out)])
     err = capsys.readouterr().err
     assert rc == 0, err
-    assert "not modelled" not in err
+    # Only flags listed with their reason (no_effect.LISTED_NOT_MODELLED) are not modelled.
+    la = parse_launch_args(flags + _target(doc))
+    assert [x for x in la.not_modelled
+            if x.split(" ", 1)[0] not in LISTED_NOT_MODELLED] == []
     est = json.loads(out.read_text())
     cfg = est["config"]
     model, par, train = cfg["model"], cfg["parallel"], cfg["train"]
@@ -65,8 +73,34 @@ def test_every_script_projects_analytically_and_keeps_what_it_says(name, tmp_pat
     assert par["pp"] == int(_value(flags, "--pipeline-model-parallel-size", 1))
     if _value(flags, "--tokenizer-type") == "NullTokenizer":
         assert model["vocab_size"] == int(_value(flags, "--vocab-size")) + 1
-    assert model["make_vocab_size_divisible_by"] == int(
-        _value(flags, "--make-vocab-size-divisible-by", 128))
+    given = _value(flags, "--padded-vocab-size")
+    if given is not None or "--patch-tokenizer-type" in flags:
+        # --padded-vocab-size, or Pai-Megatron-Patch's tokenizer size, is the embedding
+        # as given: nothing more is padded.
+        assert padded_vocab(model["vocab_size"], model["make_vocab_size_divisible_by"],
+                            par["tp"]) == model["vocab_size"]
+        assert given is None or model["vocab_size"] == int(given)
+    else:
+        assert model["make_vocab_size_divisible_by"] == int(
+            _value(flags, "--make-vocab-size-divisible-by", 128))
+    if "expected" in doc:  # what the script's tokenizer and batch come to, by hand
+        assert model["vocab_size"] == doc["expected"]["vocab_size"]
+    gbs = _value(flags, "--global-batch-size")
+    if "--step-batch-size-schedule" in flags:
+        i = flags.index("--step-batch-size-schedule") + 1
+        j = i
+        while j < len(flags) and not flags[j].startswith("--"):
+            j += 1
+        gbs = _final_batch(" ".join(flags[i:j]))[0]
+    if gbs is not None:
+        assert train["global_batch_size"] == int(gbs)
+    assert train["micro_batch_size"] == int(_value(flags, "--micro-batch-size", 1))
+    assert train["seq_length"] == int(_value(flags, "--seq-length"))
+    assert par["cp"] == int(_value(flags, "--context-parallel-size", 1))
+    assert par["ep"] == int(_value(flags, "--expert-model-parallel-size", 1))
+    if "--num-experts" in flags:
+        assert model["num_moe_experts"] == int(_value(flags, "--num-experts"))
+        assert model["moe_router_topk"] == int(_value(flags, "--moe-router-topk", 2))
     if "--num-virtual-stages-per-pipeline-rank" in flags:
         assert par["vpp"] == int(_value(flags, "--num-virtual-stages-per-pipeline-rank"))
     layout = _value(flags, "--pipeline-model-parallel-layout")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import struct
 
+import pytest
+
 from primus_ext.frameworks.megatron.vocab import count_tokens, known_vocab, resolve_vocab
 
 
@@ -59,4 +61,52 @@ def test_names_match_by_repository_name():
     assert known_vocab("/models/Qwen3-30B-A3B/").size == 151669
     assert known_vocab("meta-llama/Llama-3.1-8B").size == 128256
     assert known_vocab("openai/gpt-oss-120b").size == 201088
-    assert known_vocab("mistralai/Mixtral-8x22B-Instruct-v0.1") is None  # 32768, not listed
+    assert known_vocab("mistralai/Mixtral-8x22B-Instruct-v0.1").size == 32768
+    assert known_vocab("acme/Mixtral-8x22B-Instruct-v0.2") is None  # not listed
+
+
+def _vocab(**kw):
+    args = dict(tokenizer_type=None, vocab_size=None, tokenizer_model=None, vocab_file=None)
+    return resolve_vocab(**(args | kw))
+
+
+# Tokenizers Megatron-LM's own launch lines name (tests/ and examples/ of NVIDIA/
+# Megatron-LM main d98e8a64), with the size each reports.
+@pytest.mark.parametrize("kind,model,size", [
+    ("GPTSentencePieceTokenizer", "${DATA_PATH}/utils/nemotron_2_256k.model", 256000),
+    ("HuggingFaceTokenizer", "/lustre/models/models--meta-llama--Meta-Llama-3.1-8B-"
+     "Instruct/snapshots/5206a32e0bd3067aef1ce90f5528ade7d866253f/", 128256),
+    ("HuggingFaceTokenizer", "${CHECKPOINT_LOAD_PATH}/model/qwen3-8b-dist/tokenizer",
+     151669),
+    ("HuggingFaceTokenizer", "unsloth/Qwen2.5-32B", 151665),
+    ("HuggingFaceTokenizer", "Qwen/Qwen2-72B-Instruct", 151646),
+    ("HuggingFaceTokenizer", "mistralai/Mistral-7B-Instruct-v0.3", 32768),
+    ("HuggingFaceTokenizer", "deepseek-ai/DeepSeek-V2-Lite", 102400),
+    ("HuggingFaceTokenizer", "google/gemma-2-9b", 256000),
+    ("HuggingFaceTokenizer", "unsloth/gpt-oss-20b-BF16", 201088),
+    ("TikTokenizer", "/ckpt/multiMixV8.gpt4o_nc_sd.500000.128k.vocab.json", 131072),
+])
+def test_well_known_tokenizers_by_name(kind, model, size):
+    v = _vocab(tokenizer_type=kind, tokenizer_model=model)
+    assert v.size == size and "ASSUMED" not in v.how and not v.padded
+
+
+def test_padded_vocab_size_is_taken_as_given_and_vocab_size_only_where_read():
+    v = _vocab(tokenizer_type="HuggingFaceTokenizer", tokenizer_model="Qwen/Qwen2.5-7B",
+               padded_vocab_size=152064)
+    assert (v.size, v.padded) == (152064, True)
+    # HuggingFaceTokenizer reports its own size: --vocab-size does not change it ...
+    v = _vocab(tokenizer_type="HuggingFaceTokenizer", tokenizer_model="Qwen/Qwen3-8B",
+               vocab_size=1000)
+    assert v.size == 151669
+    # ... but TikTokenizer takes it (CustomTikTokenizer(vocab_size=args.vocab_size)).
+    assert _vocab(tokenizer_type="TikTokenizer", tokenizer_model="x.json",
+                  vocab_size=200000).size == 200000
+    assert _vocab(tokenizer_type="HuggingFaceTokenizer", tokenizer_model="acme/tok",
+                  vocab_size=1000).size == 1000  # unknown: the user's statement
+
+
+def test_a_directory_with_only_config_json_gives_its_vocab_size(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 152064}))
+    assert count_tokens(str(tmp_path)) == 152064
+    assert count_tokens(str(tmp_path / "config.json")) == 152064

@@ -25,8 +25,11 @@ from dataclasses import dataclass
 from primus_ext.frameworks.megatron import layout_string
 from primus_ext.frameworks.megatron.impl_flags import (cuda_graph_scope, moe_impl,
                                                      router_dtype)
+from primus_ext.frameworks.megatron.line_flags import (check_optimizer, cross_entropy,
+                                                     global_batch, refuse_other_models)
 from primus_ext.frameworks.megatron.model_flags import model_spec
-from primus_ext.frameworks.megatron.no_effect import NO_EFFECT
+from primus_ext.frameworks.megatron.no_effect import (LISTED_NOT_MODELLED, NO_EFFECT,
+                                                    split_unknown)
 from primus_ext.frameworks.megatron.table import BY_NAME, FLAGS
 from primus_ext.frameworks.megatron.target import default_target_note, target_cluster
 from primus_ext.spec import ParallelSpec, RunSpec, TrainSpec
@@ -50,6 +53,9 @@ class LaunchArgs:
     no_effect: tuple[str, ...]  # flags with no effect on step time or memory
     notes: tuple[str, ...]  # what was decided for the user (vocabulary, turned-off flags)
     target_note: str | None = None  # set when the target is the default (no flag named it)
+    layers_per_kind: int = 2  # hybrid: decoder layers of each kind measured
+    measure_memory_gib: float | None = None  # hybrid: the measurement's memory budget
+    measure_max_seconds: float | None = None  # hybrid: its estimated compute budget
 
     @property
     def ignored(self) -> tuple[str, ...]:
@@ -70,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
             for k in ("choices", "nargs", "required"):
                 if getattr(f, k):
                     kw[k] = getattr(f, k)
+        if f.help:
+            kw["help"] = f.help
         p.add_argument(f.name, **kw)
     return p
 
@@ -208,6 +216,7 @@ def _parallel(ns, n: Notes) -> ParallelSpec:
     pp = ns.pipeline_model_parallel_size
     vpp, layout = _virtual_stages(ns, n)
     fsdp = ns.use_torch_fsdp2 or ns.use_megatron_fsdp
+    check_optimizer(ns, fsdp, n)
     if ns.use_megatron_fsdp and ns.data_parallel_sharding_strategy != "optim_grads_params":
         n.not_modelled.append(f"--data-parallel-sharding-strategy "
                               f"{ns.data_parallel_sharding_strategy} (modelled as "
@@ -280,9 +289,10 @@ def _train(ns, dp: int, n: Notes) -> TrainSpec:
     # _set_attention_backend sets TE's NVTE_*_ATTN switches).
     backend = "unfused" if ns.attention_backend in ("unfused", "local") or te is False \
         else "flash"
+    ce_fusion, ce_impl = cross_entropy(ns, n)
     return TrainSpec(
         seq_length=ns.seq_length, micro_batch_size=ns.micro_batch_size,
-        global_batch_size=ns.global_batch_size or ns.micro_batch_size * dp,
+        global_batch_size=global_batch(ns, dp, n),
         precision=precision, recompute_granularity=gran,
         # Megatron-LM's recipe under --fp8-format (delayed unless --fp8-recipe); without
         # FP8 the field does not apply and keeps the spec's default.
@@ -291,8 +301,7 @@ def _train(ns, dp: int, n: Notes) -> TrainSpec:
         recompute_modules=tuple(ns.recompute_modules) if ns.recompute_modules
         else ("core_attn",),
         attention_backend=backend, optimizer=ns.optimizer,
-        cross_entropy_loss_fusion=ns.cross_entropy_loss_fusion,
-        cross_entropy_fusion_impl=ns.cross_entropy_fusion_impl,
+        cross_entropy_loss_fusion=ce_fusion, cross_entropy_fusion_impl=ce_impl,
         attention_softmax_in_fp32=not ns.no_attention_softmax_in_fp32, te=te,
         fp8_param_gather=fp8_gather, use_precision_aware_optimizer=pao,
         main_grads_dtype=dtypes[0], exp_avg_dtype=dtypes[1], exp_avg_sq_dtype=dtypes[2],
@@ -346,22 +355,14 @@ def _spec(ns, name: str | None, n: Notes) -> RunSpec:
     return spec
 
 
-def _unknown(unknown: list[str], n: Notes) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(not modelled, no effect) flag names among the tokens argparse did not read."""
-    names = [t.split("=", 1)[0] for t in unknown if t.startswith("--")]
-    names = list(dict.fromkeys(names))
-    no_eff = tuple(x for x in names if x in NO_EFFECT)
-    not_mod = tuple(n.not_modelled) + tuple(x for x in names if x not in NO_EFFECT)
-    return not_mod, no_eff
-
-
 def parse_launch_args(argv: list[str] | None = None, *, name: str | None = None
                       ) -> LaunchArgs:
     argv = list(sys.argv[1:] if argv is None else argv)
+    refuse_other_models(argv)
     ns, unknown = _parser().parse_known_args(argv)
     n = Notes()
     spec = _spec(ns, name, n)
-    not_mod, no_eff = _unknown(unknown, n)
+    not_mod, no_eff = split_unknown(unknown, n.not_modelled)
     from primus_ext.util.files import check_outputs
     check_outputs({"--projection-out": ns.projection_out, "--profile-out": ns.profile_out,
                    "--timings-out": ns.timings_out}, {"--recipe-out": ns.recipe_out})
@@ -373,6 +374,9 @@ def parse_launch_args(argv: list[str] | None = None, *, name: str | None = None
                       layer_times=ns.log_layer_times, measure_warmup=ns.measure_warmup,
                       measure_repeats=ns.measure_repeats,
                       num_microbatches=ns.measure_microbatches, not_modelled=not_mod,
+                      layers_per_kind=ns.measure_layers_per_kind,
+                      measure_memory_gib=ns.measure_memory_gib,
+                      measure_max_seconds=ns.measure_max_seconds,
                       no_effect=no_eff, notes=tuple(n.notes),
                       target_note=default_target_note(ns, spec.cluster))
 
@@ -397,5 +401,4 @@ def warning_lines(la: LaunchArgs) -> list[str]:
 
 def is_known(flag: str) -> bool:
     """Whether a flag is modelled (the table) or listed as having no effect."""
-    return flag in BY_NAME or flag in NO_EFFECT
-
+    return flag in BY_NAME or flag in NO_EFFECT or flag in LISTED_NOT_MODELLED

@@ -58,6 +58,7 @@ def model_args(spec: RunSpec) -> list:
     if m.max_position_embeddings != spec.train.seq_length:
         a += ["--max-position-embeddings", m.max_position_embeddings]
     a.value("--position-embedding-type", m.position_embedding_type)
+    a.value("--rotary-percent", m.rotary_percent)
     a.value("--normalization", m.normalization)
     a.value("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by)
     a.value("--hidden-dropout", m.hidden_dropout)

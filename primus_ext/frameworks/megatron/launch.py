@@ -117,13 +117,16 @@ def run_dir() -> str:
     return os.path.join(home, "runs", run_id)
 
 
-def _outputs(la, est, profile_path: str | None) -> dict:
-    """Write --projection-out (the Estimate and the configuration it projected) and
-    --recipe-out; returns the JSON object."""
+def _outputs(la, est, profile_path: str | None, measurement: dict | None = None) -> dict:
+    """Write --projection-out (the Estimate, the configuration it projected and, for
+    hybrid, ``measurement``: what was measured and what modelled) and --recipe-out;
+    returns the JSON object."""
     from primus_ext.presets.overrides import spec_config
     from primus_ext.util.files import atomic_write_text
     out = est.to_dict()
     out["config"] = spec_config(la.spec)
+    if measurement is not None:
+        out["measurement"] = measurement
     if la.projection_out:
         atomic_write_text(la.projection_out, json.dumps(out, indent=1) + "\n",
                           "--projection-out")
@@ -148,31 +151,29 @@ def project_only(la, argv: list[str]) -> dict:
     from primus_ext.measure.checks import activation_check, collective_check, flops_check, \
         format_rows, p2p_check
     from primus_ext.frameworks.megatron.runner import MeasureOptions, measure
-    from primus_ext.project.from_profile import project_from_profile, same_hardware
+    from primus_ext.measure.progress import Progress
+    from primus_ext.measure.provenance import provenance, provenance_lines
+    from primus_ext.project.from_profile import project_from_profile
     opts = MeasureOptions(warmup=la.measure_warmup, repeats=la.measure_repeats,
                           num_microbatches=la.num_microbatches,
+                          layers_per_kind=la.layers_per_kind,
+                          memory_gib=la.measure_memory_gib,
+                          max_seconds=la.measure_max_seconds,
                           target_overrides=tuple(argv))
+    prog = Progress(enabled=_rank() == 0)
     profile = measure(la.spec, opts)
     if _rank() != 0:
         return {}
-    est = project_from_profile(profile, la.spec)
+    with prog.step("projection: the target from the profile"):
+        est = project_from_profile(profile, la.spec)
     path = la.profile_out or os.path.join(run_dir(), "primus_ext_profile.json")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     profile.save(path)
     from primus_ext.modes.project import print_estimate
     print_estimate(la.spec, est)
-    same = same_hardware(profile, la.spec)
-    print(f"measured on {profile.device.get('name')} ({profile.hardware}) x "
-          f"{profile.device.get('count')}; target {la.spec.world_size} x "
-          f"{la.spec.cluster.hardware.name}")
-    print("measured: " + ("per-layer forward/backward times of "
-                          + ", ".join(profile.layers) + "; " if same else "")
-          + "ops, collectives with bytes per layer, saved activation bytes per layer "
-          "(the downscaled megatron-core run)")
-    print("simulated: " + ("" if same else f"compute times ({la.spec.cluster.hardware.name}"
-                                          " model), collective times (comm model), ")
-          + "pipeline schedule, data-parallel sync, optimizer step; restored by rules: "
-          + "; ".join(profile.rules))
+    prov = provenance(profile, la.spec)
+    for line in provenance_lines(prov):
+        print(line)
     for line in est.notes:
         print("  note: " + line)
     rows = collective_check(profile, la.spec) + activation_check(profile, la.spec) \
@@ -182,7 +183,7 @@ def project_only(la, argv: list[str]) -> dict:
         for line in format_rows(rows):
             print("  " + line)
     print(f"profile written to {path}")
-    return _outputs(la, est, path)
+    return _outputs(la, est, path, measurement=prov)
 
 
 def _write_recipe(la, profile_path: str | None) -> None:
@@ -221,7 +222,13 @@ def main(argv: list[str] | None = None) -> int:
     prepare_runtime()  # the collective tracer goes in before megatron.core is imported
     timings_out = la.timings_out
     if la.project_only:
-        project_only(la, argv)
+        from primus_ext.frameworks.megatron.runner import MeasurementDoesNotFit
+        try:
+            project_only(la, argv)
+        except MeasurementDoesNotFit as exc:
+            if _rank() == 0:
+                print(str(exc), file=sys.stderr, flush=True)
+            return 3
     else:
         out = train(la)
         if timings_out and _rank() == 0:

@@ -2,8 +2,10 @@
 MoE layer pattern, sliding window, MLA and MTP, with Megatron-LM's defaults."""
 from __future__ import annotations
 
+import math
 import re
 
+from primus_ext.frameworks.megatron.line_flags import router_groups
 from primus_ext.frameworks.megatron.vocab import resolve_vocab
 from primus_ext.spec import ModelSpec
 
@@ -74,6 +76,23 @@ def ffn_hidden_size(ns) -> int | None:
     return ns.ffn_hidden_size
 
 
+def vocab_divisor(ns, size: int, padded: bool, notes) -> int:
+    """--make-vocab-size-divisible-by, or under --padded-vocab-size the largest divisor of
+    it that pads nothing (Megatron-LM takes the padded size as given). The embedding is
+    split over TP rows (megatron-core VocabUtility ``divide``), so TP must divide it."""
+    d = ns.make_vocab_size_divisible_by
+    if not padded:
+        return d
+    tp = ns.tensor_model_parallel_size
+    if size % tp:
+        raise ValueError(f"--padded-vocab-size {size} is not divisible by "
+                         f"--tensor-model-parallel-size {tp} (megatron-core's "
+                         "VocabParallelEmbedding splits the vocabulary over TP: divide)")
+    if size % (d * tp):
+        d = math.gcd(d, size // tp)
+    return d
+
+
 def model_spec(ns, name: str | None, notes) -> ModelSpec:
     L = ns.num_layers
     freq, first_k = moe_pattern(ns.moe_layer_freq, L) if ns.num_experts else (1, 0)
@@ -82,12 +101,15 @@ def model_spec(ns, name: str | None, notes) -> ModelSpec:
         window = int(str(ns.window_size).split(",")[0])
         every = ns.window_attn_skip_freq or 1
     vocab = resolve_vocab(tokenizer_type=ns.tokenizer_type, vocab_size=ns.vocab_size,
-                          tokenizer_model=ns.tokenizer_model, vocab_file=ns.vocab_file)
+                          tokenizer_model=ns.tokenizer_model, vocab_file=ns.vocab_file,
+                          padded_vocab_size=ns.padded_vocab_size,
+                          patch_tokenizer_type=ns.patch_tokenizer_type,
+                          extra_vocab_size=ns.extra_vocab_size)
     if ns.tokenizer_type != "NullTokenizer" or ns.vocab_size is None:
         notes.notes.append(f"vocabulary: {vocab.how}")
+    groups, group_topk = router_groups(ns, notes)
     return ModelSpec(
-        moe_router_num_groups=ns.moe_router_num_groups,
-        moe_router_group_topk=ns.moe_router_group_topk,
+        moe_router_num_groups=groups, moe_router_group_topk=group_topk,
         moe_expert_capacity_factor=ns.moe_expert_capacity_factor,
         moe_pad_expert_input_to_capacity=ns.moe_pad_expert_input_to_capacity,
         name=name or ns.model_name or f"gpt-{L}l-{ns.hidden_size}h",
@@ -95,11 +117,12 @@ def model_spec(ns, name: str | None, notes) -> ModelSpec:
         num_attention_heads=ns.num_attention_heads, ffn_hidden_size=ffn_hidden_size(ns),
         num_query_groups=ns.num_query_groups if ns.group_query_attention else None,
         kv_channels=ns.kv_channels, vocab_size=vocab.size,
-        make_vocab_size_divisible_by=ns.make_vocab_size_divisible_by,
+        make_vocab_size_divisible_by=vocab_divisor(ns, vocab.size, vocab.padded, notes),
         max_position_embeddings=ns.max_position_embeddings or ns.seq_length,
         normalization=ns.normalization, activation=activation(ns),
         add_bias_linear=not ns.disable_bias_linear, add_qkv_bias=ns.add_qkv_bias,
         qk_layernorm=ns.qk_layernorm, position_embedding_type=position_embedding(ns, notes),
+        rotary_percent=ns.rotary_percent,
         untie_embeddings_and_output_weights=ns.untie_embeddings_and_output_weights,
         hidden_dropout=ns.hidden_dropout, attention_dropout=ns.attention_dropout,
         window_size=window, window_full_attention_every=every,

@@ -19,21 +19,35 @@ from primus_ext.spec import RunSpec
 
 
 def _run_steps(built: Built, timer: LayerTimer, iters, m: int, warmup: int, repeats: int,
-               trace: bool = True) -> tuple[list[dict], list]:
-    """Warm-up then timed steps with the hooks on; (step results, traced records)."""
+               trace: bool = True, progress=None) -> tuple[list[dict], list]:
+    """Warm-up then timed steps with the hooks on; (step results, traced records).
+    ``progress`` (measure/progress.py): each step, and the first one layer by layer."""
     from primus_ext.frameworks.megatron.step import train_step
+    from primus_ext.measure.progress import layer_hooks
     from primus_ext.measure.tracer import get_tracer
     tracer = get_tracer()
     tracer.scope_fn = timer.scope
     steps = []
+    n = warmup + repeats
     try:
-        for it in range(warmup + repeats):
+        for it in range(n):
             if it == warmup:
                 timer.reset()
                 tracer.clear()
             timer.enabled = True
             tracer.enabled = trace
-            r = train_step(built, iters, m)
+            remove = None
+            if progress is not None:
+                label = (f"warmup step {it + 1} of {warmup}" if it < warmup else
+                         f"timed step {it - warmup + 1} of {repeats}")
+                progress.say(f"{label} ({m} microbatch(es))")
+                if it == 0:
+                    remove = layer_hooks(built.bare().decoder.layers, progress, label)
+            try:
+                r = train_step(built, iters, m)
+            finally:
+                if remove is not None:
+                    remove()
             timer.collect()
             if it >= warmup:
                 steps.append(r)

@@ -1,7 +1,9 @@
 """Measure a downscaled real megatron-core run and write a Profile.
 
 Every launched rank calls ``measure``; all return the same Profile. The order of work:
-the downscaled spec, the model built with the timing hooks, communication
+the plan (``measure/plan.py``: the downscale that fits the measuring device's memory and
+time budgets, chosen by the memory model before anything large is allocated; rank 0
+plans, every rank follows), the downscaled spec, the model built with the timing hooks, communication
 microbenchmarks on its process groups, warm-up and timed training steps (median per
 layer kind), then the saved-activation count of one forward under the target's
 recompute setting, gathered over ranks (the slowest rank's times).
@@ -25,6 +27,8 @@ from primus_ext.presets.overrides import apply_overrides, spec_overrides
 from primus_ext.frameworks.megatron.probes import _activation_bytes, _contention, _pipeline_probe, \
     _run_steps, _synced_records
 from primus_ext.project.profile import KindTiming, Profile, rank_shapes
+from primus_ext.measure.plan import Candidate, MeasurePlan, plan_measurement
+from primus_ext.measure.progress import Progress
 from primus_ext.measure.routing import RoutingRecorder
 from primus_ext.spec import RunSpec
 
@@ -47,6 +51,14 @@ class MeasureOptions:
     local_hardware: str | None = None  # None: detect (cpu, or the GPU's preset)
     # One capturing step, no timing (None: when the local hardware is not the target's).
     capture_only: bool | None = None
+    # Budgets of the measuring device (measure/budget.py): None takes the device's own.
+    memory_gib: float | None = None
+    max_seconds: float | None = None
+    progress: bool = True  # rank 0 reports each step on stderr
+
+
+class MeasurementDoesNotFit(RuntimeError):
+    """No downscale fits the measuring device; the message is the one line to print."""
 
 
 def local_hardware() -> str:
@@ -100,29 +112,51 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
     if capture:
         opts = dataclasses.replace(opts, warmup=0, repeats=1, num_microbatches=1,
                                    layers_per_kind=1, contention=False, microbench=False)
-    down = downscale_for(target, world, hw, opts)
+    prog = Progress(enabled=opts.progress and rank == 0)
+    plan = plan_for(target, world, hw, opts, capture, same)
+    prog.say(plan.summary(target))
+    for line in plan.steps:
+        prog.say("  downscale: " + line)
+    if not plan.fits:
+        raise MeasurementDoesNotFit(plan.need_line(target))
+    cand = plan.candidate
+    opts = dataclasses.replace(opts, num_microbatches=cand.num_microbatches,
+                               layers_per_kind=cand.layers_per_kind)
+    down = downscale_for(target, world, hw, opts, cand)
     timing_spec = _no_recompute(down.spec)
-    built = build(timing_spec, with_optimizer=not capture)
+    with prog.step(f"build: {timing_spec.model.num_layers} layer(s), seq "
+                   f"{timing_spec.train.seq_length}, vocab {timing_spec.model.vocab_size}"):
+        built = build(timing_spec, with_optimizer=cand.optimizer)
     use_te = built.use_te
     timer = LayerTimer(built.bare()).attach(parts=False)
     fits = []
     if opts.microbench and world > 1 and same:
-        fits = run_microbenchmarks(built.groups, repeats=opts.microbench_repeats)
+        with prog.step("collectives: microbenchmarks on the process groups"):
+            fits = run_microbenchmarks(built.groups, repeats=opts.microbench_repeats)
 
     iters = data_iterators(built)
     m = timing_spec.num_microbatches
     routing = RoutingRecorder(built.bare()).attach()
     routing.enabled = timing_spec.model.is_moe
-    steps, records = _run_steps(built, timer, iters, m, opts.warmup, opts.repeats)
+    with prog.step("capture step" if capture else
+                   f"warmup ({opts.warmup}) and timed ({opts.repeats}) steps"):
+        steps, records = _run_steps(built, timer, iters, m, opts.warmup, opts.repeats,
+                                    progress=prog)
     routing.detach()
     expert_loads = routing.gathered()
     local = _timings(timing_spec, timer)
-    synced = _synced_records(built, timer, iters, m) if torch.cuda.is_available() else None
-    contention = _contention(built, timer, iters, m, opts, local, timing_spec) if same \
-        else {}
+    synced = None
+    if torch.cuda.is_available():
+        with prog.step("collectives: one device-synced step"):
+            synced = _synced_records(built, timer, iters, m)
+    contention = {}
+    if same and opts.contention:
+        with prog.step("contention: the same steps with the other cores busy"):
+            contention = _contention(built, timer, iters, m, opts, local, timing_spec)
     timer.detach()
     if not capture:
-        _time_parts(built, iters, m, opts, timing_spec, local)
+        with prog.step("parts: attention and MLP times"):
+            _time_parts(built, iters, m, opts, timing_spec, local)
 
     n_layers = {k: v["n_layers"] for k, v in local.items()}
     samples = opts.repeats * m
@@ -139,15 +173,18 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
     act: dict[str, int] = {}
     flops: dict = {}
     if opts.count_activations:
-        if down.spec.train.recompute_granularity is not None:
-            del built
-            teardown()
-            built = build(down.spec, with_optimizer=False)
-        act, flops = _activation_bytes(built, down.spec)
-        act = _mean_over_ranks(act)
+        with prog.step("activations: saved bytes and executed FLOPs of one microbatch"):
+            if down.spec.train.recompute_granularity is not None:
+                del built
+                teardown()
+                built = build(down.spec, with_optimizer=False)
+            act, flops = _activation_bytes(built, down.spec)
+            act = _mean_over_ranks(act)
     del built
     teardown()
-    seen += _pipeline_probe(target, timing_spec, world, warm=not capture)
+    if target.parallel.pp > 1:
+        with prog.step("collectives: two-stage pipeline probe"):
+            seen += _pipeline_probe(target, timing_spec, world, warm=not capture)
 
     layers = {}
     for kind, d in merged.items():
@@ -166,13 +203,15 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
                 executed_flops_per_microbatch=flops,
                 num_expert_params_per_rank=int(num_expert),
                 loss=steps[-1]["loss"] if steps else None,
+                optimizer="measured" if cand.optimizer else "modelled",
                 steps_s=[s["step_s"] for s in steps])
     shapes = rank_shapes(timing_spec)
     shapes["attention_backend"] = "flash" if use_te else "unfused"
     if shapes["precision"] == "fp8":
         shapes["precision"] = "bf16"  # no FP8 autocast in the measured run
     p = timing_spec.parallel
-    notes = ["patches: " + ", ".join(patches) if patches else "patches: none (CUDA)"]
+    notes = ["patches: " + ", ".join(patches) if patches else "patches: none (CUDA)",
+             plan.summary(target)]
     if opts.target_overrides:
         notes.append("target given as: " + " ".join(opts.target_overrides))
     return Profile(
@@ -208,13 +247,46 @@ def _time_parts(built, iters, m: int, opts: MeasureOptions, spec: RunSpec,
             for part, v in d["parts"].items()}
 
 
-def downscale_for(target: RunSpec, world: int, hw: str, opts: MeasureOptions) -> Downscaled:
+def plan_for(target: RunSpec, world: int, hw: str, opts: MeasureOptions, capture: bool,
+             same: bool) -> MeasurePlan:
+    """The measurement plan (measure/plan.py), made on rank 0 and followed by all."""
+    from primus_ext.frameworks.megatron.build import use_transformer_engine
+    from primus_ext.measure.budget import local_budget, local_processes
+    plan = [None]
+    if dist.get_rank() == 0:
+        cuda = torch.cuda.is_available()
+        local = local_processes(world)
+        import os
+        neighbours = max((os.cpu_count() or 1) - world, 0) \
+            if (not cuda and same and opts.contention) else 0
+        budget = local_budget(opts.memory_gib, opts.max_seconds, cuda=cuda,
+                              num_local_processes=local + neighbours)
+        req = Candidate(layers_per_kind=opts.layers_per_kind,
+                        num_microbatches=opts.num_microbatches, optimizer=not capture)
+        plan[0] = plan_measurement(
+            target, lambda c: downscale_for(target, world, hw, opts, c).spec, req,
+            hardware=hw, use_te=use_transformer_engine(), num_processes=budget.num_processes,
+            budget_bytes=budget.memory_bytes, seconds_budget=budget.seconds,
+            base_bytes=budget.base_bytes, warmup=opts.warmup, repeats=opts.repeats,
+            capture=capture, contention=neighbours > 0, cuda=cuda)
+    dist.broadcast_object_list(plan, src=0)
+    return plan[0]
+
+
+def downscale_for(target: RunSpec, world: int, hw: str, opts: MeasureOptions,
+                  cand: Candidate | None = None) -> Downscaled:
     """The downscaled run for ``world`` launched processes: every process takes part
     (extra ones as data-parallel replicas); overlap of DP sync is off while timing."""
-    down = downscale(target, world, hw, layers_per_kind=opts.layers_per_kind,
-                     num_microbatches=opts.num_microbatches)
+    layers = cand.layers_per_kind if cand else opts.layers_per_kind
+    mbs = cand.num_microbatches if cand else opts.num_microbatches
+    down = downscale(target, world, hw, layers_per_kind=layers, num_microbatches=mbs,
+                     seq_length=cand.seq_length if cand else None,
+                     vocab_size=cand.vocab_size if cand else None)
     extra = ["parallel.overlap_grad_reduce=false", "parallel.overlap_param_gather=false"]
     rules = list(down.rules) + ["overlap: DP grad/param overlap off while timing layers"]
+    if cand is not None and not cand.optimizer:
+        rules.append("optimizer: not built; its step is modelled (the projector's "
+                     "optimizer model on the target's hardware preset)")
     if down.world_size != world:
         if world % down.world_size:
             raise ValueError(f"{world} processes cannot run the downscaled layout of "
@@ -222,7 +294,7 @@ def downscale_for(target: RunSpec, world: int, hw: str, opts: MeasureOptions) ->
         dp = world // (down.spec.parallel.tp * down.spec.parallel.cp)
         t = down.spec.train
         extra += [f"cluster.gpus_per_node={world}",
-                  f"train.global_batch_size={t.micro_batch_size * dp * opts.num_microbatches}"]
+                  f"train.global_batch_size={t.micro_batch_size * dp * mbs}"]
         rules.append(f"dp: {world} processes launched; the extra ones run as data-parallel "
                      "replicas")
     spec = apply_overrides(down.spec, extra)

@@ -35,6 +35,7 @@ class Flag:
     required: bool = False
     dest: str | None = None
     store_false: bool = False  # a --no-X switch that turns a default-on setting off
+    help: str | None = None  # --help's text (primus-ext's own flags)
 
 
 def _f(name, fields, default=None, type=None, **kw) -> Flag:
@@ -61,6 +62,7 @@ MODEL = (
     _f("--position-embedding-type", "model.position_embedding_type", "learned_absolute",
        str, choices=POSITION_TYPES),
     _f("--use-rotary-position-embeddings", "model.position_embedding_type", False),
+    _f("--rotary-percent", "model.rotary_percent", 1.0, float),
     _f("--no-position-embedding", "model.position_embedding_type", True,
        store_false=True, dest="add_position_embedding"),
     _f("--disable-bias-linear", "model.add_bias_linear", False),
@@ -71,6 +73,11 @@ MODEL = (
     _f("--max-position-embeddings", "model.max_position_embeddings", type=int),
     _f("--make-vocab-size-divisible-by", "model.make_vocab_size_divisible_by", 128, int),
     _f("--vocab-size", "model.vocab_size", type=int),
+    _f("--padded-vocab-size", ("model.vocab_size", "model.make_vocab_size_divisible_by"),
+       type=int),
+    # Pai-Megatron-Patch's tokenizer flags (vocab.py _pai_vocab).
+    _f("--patch-tokenizer-type", "model.vocab_size", type=str),
+    _f("--extra-vocab-size", "model.vocab_size", 0, int),
     _f("--tokenizer-type", "model.vocab_size", type=str),
     _f("--tokenizer-model", "model.vocab_size", type=str),
     _f("--vocab-file", "model.vocab_size", type=str),
@@ -178,6 +185,10 @@ PARALLEL = (
 TRAIN = (
     _f("--micro-batch-size", "train.micro_batch_size", 1, int),
     _f("--global-batch-size", "train.global_batch_size", type=int),
+    # Batch schedules: the steady (final) batch is projected, the ramp named in a note
+    # (line_flags.global_batch).
+    _f("--step-batch-size-schedule", "train.global_batch_size", type=str, nargs="+"),
+    _f("--rampup-batch-size", "train.global_batch_size", type=int, nargs=3),
     _f("--seq-length", "train.seq_length", type=int, required=True),
     _f("--bf16", "train.precision", False),
     _f("--fp16", "train.precision", False),
@@ -210,7 +221,11 @@ TRAIN = (
     _f("--cross-entropy-loss-fusion", "train.cross_entropy_loss_fusion", False),
     _f("--cross-entropy-fusion-impl", "train.cross_entropy_fusion_impl", "native", str,
        choices=("native", "te")),
-    _f("--optimizer", "train.optimizer", "adam", str, choices=("adam", "sgd")),
+    _f("--optimizer", "train.optimizer", "adam", str,
+       choices=("adam", "sgd", "muon", "dist_muon")),
+    # Megatron-LM main: muon with --use-distributed-optimizer (line_flags.check_optimizer).
+    _f("--no-use-layer-wise-param-layout", "train.optimizer", True, store_false=True,
+       dest="use_layer_wise_param_layout"),
     _f("--use-precision-aware-optimizer", "train.use_precision_aware_optimizer", False),
     _f("--main-grads-dtype", "train.main_grads_dtype", "fp32", str, choices=("fp32", "bf16")),
     _f("--main-params-dtype", "", "fp32", str, choices=("fp32", "fp16")),
@@ -238,20 +253,45 @@ TRAIN = (
 )
 # primus-ext's own flags (the launcher and its outputs; not Megatron-LM flags).
 PRIMUS = (
-    _f("--project-only", ""),
-    _f("--projection-backend", "", "hybrid", str, choices=("hybrid", "simulate")),
-    _f("--target-nodes", "", type=int),
-    _f("--target-gpus-per-node", "", type=int),
-    _f("--target-hardware", "", type=str),
-    _f("--profile-out", "", type=str),
-    _f("--projection-out", "", type=str),
-    _f("--recipe-out", "", type=str),
-    _f("--timings-out", "", type=str),
-    _f("--log-layer-times", ""),
-    _f("--model-name", "", type=str),
-    _f("--measure-warmup", "", 2, int),
-    _f("--measure-repeats", "", 3, int),
-    _f("--measure-microbatches", "", 2, int),
+    _f("--project-only", "", help="project step time, tokens/s/GPU, MFU and memory of this "
+       "launch line at the --target-* scale instead of training"),
+    _f("--projection-backend", "", "hybrid", str, choices=("hybrid", "simulate"),
+       help="hybrid (default): the launched ranks run a downscaled megatron-core "
+       "measurement planned to fit this device, rank 0 restores the target analytically; "
+       "simulate: analytic only, one process, no torch, about a second"),
+    _f("--target-nodes", "", type=int, help="nodes of the target cluster (else $NNODES, "
+       "else 1)"),
+    _f("--target-gpus-per-node", "", type=int, help="GPUs per target node (else "
+       "$GPUS_PER_NODE, else the hardware preset's)"),
+    _f("--target-hardware", "", type=str, help="the target GPU preset (h100, h200, b200, "
+       "gb200, mi300x, ..., or cpu); measured times stand in for it only when the "
+       "measuring device is the same hardware"),
+    _f("--profile-out", "", type=str, help="hybrid: write the measured profile here (else "
+       "primus_ext_profile.json in $PRIMUS_EXT_HOME/runs/<id>/)"),
+    _f("--projection-out", "", type=str, help="write the Estimate JSON (with the composed "
+       "config and what was measured / modelled) here"),
+    _f("--recipe-out", "", type=str, help="write Hydra overrides and megatron_args.sh into "
+       "this directory"),
+    _f("--timings-out", "", type=str, help="training mode: write per-iteration timings as "
+       "JSON here"),
+    _f("--log-layer-times", "", help="training mode: log the measurement's per-layer hook "
+       "times on each rank"),
+    _f("--model-name", "", type=str, help="a name for the model in reports"),
+    _f("--measure-warmup", "", 2, int, help="hybrid, same hardware: untimed warm-up steps "
+       "(default 2)"),
+    _f("--measure-repeats", "", 3, int, help="hybrid, same hardware: timed steps, median "
+       "per layer kind (default 3)"),
+    _f("--measure-microbatches", "", 2, int, help="hybrid: microbatches per measured step "
+       "(default 2; the plan may take 1)"),
+    _f("--measure-layers-per-kind", "", 2, int, dest="measure_layers_per_kind",
+       help="hybrid: decoder layers of each kind measured (default 2; the plan may take "
+       "1)"),
+    _f("--measure-memory-gib", "", None, float, help="hybrid: memory the measurement may "
+       "use (CPU: all local processes together, default half of MemAvailable, at most "
+       "6 GiB; GPU: per device, default 90%% of its free memory). The plan shrinks "
+       "microbatches, optimizer, layers, vocabulary, then sequence until it fits"),
+    _f("--measure-max-seconds", "", None, float, help="hybrid: estimated compute the "
+       "measurement may take (default 150 s on a CPU, 300 s on a GPU)"),
 )
 FLAGS: tuple[Flag, ...] = MODEL + MOE + MLA + PARALLEL + TRAIN + PRIMUS
 BY_NAME = {f.name: f for f in FLAGS}

@@ -1,20 +1,25 @@
 """The vocabulary a Megatron-LM launch line trains with (pure: no torch, no tokenizers).
 
 Megatron-LM builds the tokenizer, takes the size it reports and pads it
-(megatron/training/arguments.py ``_vocab_size_with_padding``: up to a multiple of
-``--make-vocab-size-divisible-by`` x TP; ModelSpec.make_vocab_size_divisible_by and the
-TP factor do the same here). The size before padding is decided in this order, and the
-rule that decided it is returned with it:
+(megatron/training/tokenizer/tokenizer.py ``_vocab_size_with_padding``: up to a multiple
+of ``--make-vocab-size-divisible-by`` x TP; ModelSpec.make_vocab_size_divisible_by and
+the TP factor do the same here), unless ``--padded-vocab-size`` is given: then that is
+the embedding's size and nothing is padded (``build_tokenizer``: 'if padded_vocab_size is
+None'). The size is decided in this order, and the rule that decided it is returned:
 
 1. ``--tokenizer-type NullTokenizer``: ``--vocab-size`` + 1 (it appends an EOD token).
-2. ``--vocab-size`` with any other tokenizer: that size, as the user states it.
-3. A tokenizer file on this machine: ``--vocab-file`` (GPT-2 BPE ``vocab.json``: its
+2. ``--padded-vocab-size``: taken as given (``Vocab.padded``).
+3. ``--tokenizer-type TikTokenizer`` with ``--vocab-size``: that size (CustomTikTokenizer
+   takes it; the other tokenizers report their own size and ignore ``--vocab-size``).
+4. A tokenizer file on this machine: ``--vocab-file`` (GPT-2 BPE ``vocab.json``: its
    entries), ``--tokenizer-model`` as a SentencePiece ``.model`` (its pieces), a
    ``tokenizer.json`` or a Hugging Face directory holding one (the model's vocabulary
-   plus added tokens outside it, as ``len(AutoTokenizer)`` counts them).
-4. A well-known tokenizer (``KNOWN_VOCABS`` by Hugging Face repository name, or the
-   tokenizer type's own vocabulary), each with its published source.
-5. Otherwise 32,000 tokens, and the note says so and how to set it (``--vocab-size``).
+   plus added tokens outside it, as ``len(AutoTokenizer)`` counts them), or else its
+   ``config.json`` ``vocab_size``.
+5. A well-known tokenizer name or file name (``vocab_known.KNOWN_VOCABS``), or the
+   tokenizer type's own vocabulary (``KNOWN_TYPES``), each with its published source.
+6. ``--vocab-size`` with another tokenizer: that size, as the user states it.
+7. Otherwise 32,000 tokens, and the note says so and how to set it (``--vocab-size``).
 """
 from __future__ import annotations
 
@@ -22,70 +27,38 @@ import json
 import os
 from dataclasses import dataclass
 
+from primus_ext.frameworks.megatron.vocab_known import KNOWN_TYPES, PAI_BASES, known_vocab
+
 ASSUMED_VOCAB = 32000
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Vocab:
-    size: int  # tokens before padding
+    size: int  # tokens before padding (the padded size itself when ``padded``)
     how: str  # the rule that decided it, for the launcher's note
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class KnownVocab:
-    size: int  # tokens the tokenizer reports
-    source: str
-
-
-# By the Hugging Face repository name (after the owner), lower case, as a prefix: a
-# --tokenizer-model "owner/Name" or a path whose last part is "Name" matches.
-KNOWN_VOCABS: tuple[tuple[str, KnownVocab], ...] = (
-    ("deepseek-v3", KnownVocab(size=129280, source=(
-        "huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json vocab_size"))),
-    # Qwen3 (all sizes and MoE): 151,643 BPE tokens + 26 added special tokens (ids
-    # 151643..151668 in tokenizer_config.json); config.json pads the embedding to 151,936.
-    ("qwen3-", KnownVocab(size=151669, source=(
-        "huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/tokenizer_config.json "
-        "added_tokens_decoder (last id 151668); config.json vocab_size 151936"))),
-    ("meta-llama-3", KnownVocab(size=128256, source=(
-        "huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json vocab_size "
-        "(128,000 BPE + 256 special tokens)"))),
-    ("llama-3", KnownVocab(size=128256, source=(
-        "huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json vocab_size"))),
-    ("llama-2-", KnownVocab(size=32000, source=(
-        "huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json vocab_size "
-        "(SentencePiece tokenizer.model, 32,000 pieces)"))),
-    ("mixtral-8x7b", KnownVocab(size=32000, source=(
-        "huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json vocab_size"))),
-    ("mixtral-8x22b-v0.1", KnownVocab(size=32000, source=(
-        "huggingface.co/mistralai/Mixtral-8x22B-v0.1/blob/main/config.json vocab_size"))),
-    ("gpt-oss-", KnownVocab(size=201088, source=(
-        "huggingface.co/openai/gpt-oss-20b/blob/main/config.json vocab_size "
-        "(o200k_harmony encoding, github.com/openai/harmony)"))),
-    ("gpt2", KnownVocab(size=50257, source=(
-        "huggingface.co/openai-community/gpt2/blob/main/config.json vocab_size"))),
-)
-# Tokenizer types that fix their vocabulary when their file is not at hand.
-KNOWN_TYPES: dict[str, KnownVocab] = {
-    "GPT2BPETokenizer": KnownVocab(size=50257, source=(
-        "GPT-2 BPE vocab.json: 50,257 entries (huggingface.co/openai-community/gpt2 "
-        "config.json vocab_size)")),
-    "Llama2Tokenizer": KnownVocab(size=32000, source=(
-        "Llama 2's SentencePiece model, 32,000 pieces (huggingface.co/meta-llama/"
-        "Llama-2-7b-hf config.json vocab_size)")),
-}
+    padded: bool = False  # --padded-vocab-size: Megatron-LM pads nothing more
 
 
 def resolve_vocab(*, tokenizer_type: str | None, vocab_size: int | None,
-                  tokenizer_model: str | None, vocab_file: str | None) -> Vocab:
+                  tokenizer_model: str | None, vocab_file: str | None,
+                  padded_vocab_size: int | None = None,
+                  patch_tokenizer_type: str | None = None, extra_vocab_size: int = 0) -> Vocab:
     if tokenizer_type == "NullTokenizer":
         if vocab_size is None:
             raise ValueError("--tokenizer-type NullTokenizer needs --vocab-size "
                              "(Megatron-LM's NullTokenizer has no vocabulary of its own)")
         return Vocab(size=vocab_size + 1, how=f"NullTokenizer: --vocab-size {vocab_size} "
                                                "+ its EOD token")
-    if vocab_size is not None:
-        return Vocab(size=vocab_size, how=f"--vocab-size {vocab_size}")
+    if padded_vocab_size is not None:
+        if padded_vocab_size < 1:
+            raise ValueError(f"--padded-vocab-size {padded_vocab_size}: must be positive")
+        return Vocab(size=padded_vocab_size, padded=True,
+                     how=f"--padded-vocab-size {padded_vocab_size}, taken as given "
+                         "(Megatron-LM pads no further)")
+    if patch_tokenizer_type is not None:
+        return _pai_vocab(patch_tokenizer_type, extra_vocab_size)
+    if tokenizer_type == "TikTokenizer" and vocab_size is not None:
+        return Vocab(size=vocab_size, how=f"TikTokenizer: --vocab-size {vocab_size}")
     for path in (vocab_file, tokenizer_model):
         if path and os.path.exists(path):
             n = count_tokens(path)
@@ -103,18 +76,27 @@ def resolve_vocab(*, tokenizer_type: str | None, vocab_size: int | None,
         known = KNOWN_TYPES[kind]
         return Vocab(size=known.size, how=f"{kind} without its file here: "
                                           f"{known.size} tokens ({known.source})")
+    if vocab_size is not None:
+        return Vocab(size=vocab_size, how=f"--vocab-size {vocab_size}")
     what = tokenizer_model or vocab_file or tokenizer_type or "no tokenizer flags"
     return Vocab(size=ASSUMED_VOCAB, how=(
         f"ASSUMED {ASSUMED_VOCAB} tokens: the vocabulary of {what} is not known here "
-        "(no local tokenizer file, not a known tokenizer); set it with --vocab-size N"))
+        "(no local tokenizer file, not a known tokenizer); set it with --vocab-size N "
+        "or --padded-vocab-size N"))
 
 
-def known_vocab(name: str) -> KnownVocab | None:
-    base = name.rstrip("/").split("/")[-1].lower()
-    for prefix, known in KNOWN_VOCABS:
-        if base.startswith(prefix):
-            return known
-    return None
+def _pai_vocab(kind: str, extra: int) -> Vocab:
+    """Pai-Megatron-Patch (--patch-tokenizer-type): its tokenizer's base vocabulary plus
+    --extra-vocab-size is the padded size (build_tokenizer sets padded_vocab_size)."""
+    base = PAI_BASES.get(kind)
+    if base is None:
+        return Vocab(size=ASSUMED_VOCAB, how=(
+            f"ASSUMED {ASSUMED_VOCAB} tokens: --patch-tokenizer-type {kind} is not known "
+            "here; set it with --padded-vocab-size N"))
+    return Vocab(size=base.size + extra, padded=True, how=(
+        f"--patch-tokenizer-type {kind}: {base.size} + --extra-vocab-size {extra} = "
+        f"{base.size + extra}, the padded size (Pai-Megatron-Patch build_tokenizer; "
+        f"{base.source})"))
 
 
 def count_tokens(path: str) -> int | None:
@@ -124,7 +106,9 @@ def count_tokens(path: str) -> int | None:
             f = os.path.join(path, name)
             if os.path.exists(f):
                 return count_tokens(f)
-        return None
+        return _config_vocab(os.path.join(path, "config.json"))
+    if os.path.basename(path) == "config.json":
+        return _config_vocab(path)
     try:
         if path.endswith(".json"):
             with open(path, encoding="utf-8") as fh:
@@ -134,6 +118,21 @@ def count_tokens(path: str) -> int | None:
             return _sentencepiece_pieces(fh.read())
     except (OSError, ValueError, UnicodeDecodeError):
         return None
+
+
+def _config_vocab(path: str) -> int | None:
+    """A Hugging Face ``config.json``'s ``vocab_size`` (the embedding's rows; a
+    multimodal config's ``text_config``), when a directory holds no tokenizer file."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if isinstance(data, dict) and isinstance(data.get("text_config"), dict) \
+            and "vocab_size" not in data:
+        data = data["text_config"]
+    n = data.get("vocab_size") if isinstance(data, dict) else None
+    return n if isinstance(n, int) and n > 0 else None
 
 
 def _json_tokens(data) -> int | None:
