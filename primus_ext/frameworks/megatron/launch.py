@@ -139,7 +139,8 @@ def _outputs(la, est, profile_path: str | None, measurement: dict | None = None)
     if measurement is not None:
         out["measurement"] = measurement
     if la.projection_out:
-        atomic_write_text(la.projection_out, json.dumps(out, indent=1) + "\n")
+        atomic_write_text(la.projection_out, json.dumps(out, indent=1) + "\n",
+                          "--projection-out")
         print(f"projection written to {la.projection_out}")
     if la.recipe_out:
         _write_recipe(la, profile_path)
