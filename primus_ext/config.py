@@ -5,6 +5,7 @@ overrides, the same validation.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 from pathlib import Path
 from typing import Any, Mapping
@@ -126,9 +127,52 @@ def spec_and_notes(cfg: DictConfig) -> tuple[RunSpec, list[str]]:
     return RunSpec(**parts, framework=str(cfg.get("framework", "megatron"))), notes
 
 
+def layout_note(cfg: DictConfig) -> str | None:
+    """The note saying where the layout comes from: the recipe's (layout/<model>.yaml)
+    while its values stand, else one naming the overrides that replaced them."""
+    note, recipe = cfg.get("layout_note"), cfg.get("recipe_layout")
+    if not note or not recipe:
+        return note or None
+    changed = [f"parallel.{k}={cfg.parallel.get(k)}" for k, v in recipe.items()
+               if cfg.parallel.get(k) != v]
+    if not changed:
+        return note
+    wanted = " ".join(f"{k.upper()}{v}" for k, v in recipe.items())
+    return (f"layout set by {', '.join(changed)}; the recipe layout for this model is "
+            f"{wanted} (layout/{cfg.model.get('name', 'model')}.yaml)")
+
+
 _OWNERS = {HardwareSpec: "hardware"}
 _REQUIRED_MODEL = frozenset(f.name for f in dataclasses.fields(ModelSpec)
                             if f.default is dataclasses.MISSING)
+
+
+def tune_spec(cfg: DictConfig) -> tuple[RunSpec, tuple[str, ...]]:
+    """The tuner's job: the composed spec, or, when its layout cannot run the job, the
+    smallest legal model-parallel layout (tune/start.py); and the parallel settings the
+    config left unstated (each candidate takes the recipe rule's value)."""
+    from primus_ext.presets.recipe_defaults import UNSTATED_PARALLEL
+    from primus_ext.tune.start import starting_spec
+
+    unstated = tuple(k for k in UNSTATED_PARALLEL if cfg.parallel.get(k) is None)
+    try:
+        return spec_from_cfg(cfg), unstated
+    except ValueError as exc:
+        first = exc
+    cl = _plain(cfg.cluster)
+    hw = hardware_preset(cl["hardware"]) if isinstance(cl.get("hardware"), str) else None
+    node = int(cl.get("gpus_per_node") or (hw.gpus_per_node if hw else 8))
+    world = int(cl.get("num_nodes") or 1) * node
+
+    def build(fields: dict) -> RunSpec:
+        c = copy.deepcopy(cfg)
+        for k, v in fields.items():
+            OmegaConf.update(c, f"parallel.{k}", v, merge=False)
+        return spec_from_cfg(c)
+    return starting_spec(build, world=world, node_size=node,
+                         num_layers=int(cfg.model.num_layers),
+                         global_batch_size=int(cfg.train.global_batch_size),
+                         error=first), unstated
 
 
 def tune_inputs(overrides: list[str]) -> tuple[RunSpec, dict, dict]:
@@ -138,4 +182,5 @@ def tune_inputs(overrides: list[str]) -> tuple[RunSpec, dict, dict]:
     cfg = compose_cfg(list(overrides))
     data = OmegaConf.to_container(cfg.tune, resolve=False)
     extra = {"calibration": cfg.get("calibration", "default"), "profile": cfg.get("profile")}
-    return spec_from_cfg(cfg), data, extra
+    spec, unstated = tune_spec(cfg)
+    return spec, data, {**extra, "unstated": unstated}

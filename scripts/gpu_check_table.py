@@ -28,8 +28,8 @@ def rows(out: Path, case: str) -> dict:
     proj = json.loads((out / f"{case}.projection.json").read_text())
     real = json.loads((out / f"{case}.timings.json").read_text())
     alloc = max(s["allocated_peak_bytes"] for s in proj["memory"]["stages"])
-    if "max_allocated_bytes" in real:
-        mem_kind, mem_real = "allocated peak", real["max_allocated_bytes"]
+    if real.get("max_memory_allocated_bytes") is not None:
+        mem_kind, mem_real = "allocated peak", real["max_memory_allocated_bytes"]
     else:
         mem_kind, mem_real = "RSS growth (CPU proxy)", real.get("rss_growth_bytes", 0)
     return {"case": case, "proj_step_s": proj["step_time_s"],

@@ -87,6 +87,10 @@ def search_axes(overrides: Sequence[Override]) -> tuple[list[str], Dict[str, lis
                                      "(a,b,c / choice(...) / range(...)), not "
                                      f"{ov.value_type.name if ov.value_type else '?'}")
             axes[axis] = list(ov.sweep_iterator())
+            if key in ("cluster.hardware", "cluster.num_nodes"):
+                # The job (and its baseline) lives on the first swept cluster, not on
+                # the config's default one.
+                fixed.append(f"{key}={axes[axis][0]}")
             continue
         if axis is not None:
             value = ov.value()
@@ -172,7 +176,7 @@ class PrimusTunerSweeperImpl:
         return returns
 
     def _tuner_inputs(self, fixed: list[str], axes: Dict[str, list], sweep_dir: Path):
-        from primus_ext.config import spec_from_cfg
+        from primus_ext.config import tune_spec
         from primus_ext.tune.settings import TuneSettings
 
         assert self.hydra_context is not None and self.config is not None
@@ -181,7 +185,7 @@ class PrimusTunerSweeperImpl:
         with read_write(cfg), open_dict(cfg):
             del cfg["hydra"]  # the task's view, as a job would see it
         try:
-            spec = spec_from_cfg(cfg)
+            spec, unstated = tune_spec(cfg)
             data = OmegaConf.to_container(cfg.tune, resolve=False)
             space = dict(data.get("space") or {})
             space.update(axes)
@@ -189,7 +193,7 @@ class PrimusTunerSweeperImpl:
             data["out_dir"] = str(sweep_dir)  # results and recipe into the sweep dir
             settings = TuneSettings.from_dict(
                 data, calibration=cfg.get("calibration", "default"),
-                profile=cfg.get("profile"))
+                profile=cfg.get("profile"), unstated=unstated)
         except ValueError as exc:  # a user error: one line, as the app reports it
             raise TunerSweepError(f"primus_tuner: {exc}") from exc
         return spec, settings
@@ -206,10 +210,9 @@ class PrimusTunerSweeperImpl:
         assert self.launcher is not None
         job_base = [o for o in fixed
                     if o.split("=", 1)[0] != "mode" and not o.startswith("tune.")]
-        mode = next((o for o in fixed if o.split("=", 1)[0] == "mode"), "mode=project")
-        if mode == "mode=tune":  # a validation job must not tune again
-            mode = "mode=project"
-        batch = [merge_overrides(job_base, ovs) + [mode] for _, ovs in candidates]
+        # Each job trains the candidate's recipe line for a few iterations (mode=train:
+        # measured iteration time and memory beside the projection).
+        batch = [merge_overrides(job_base, ovs) + ["mode=train"] for _, ovs in candidates]
         self.validate_batch_is_legal(batch)
         size = self.max_batch_size or len(batch)
         returns: list[JobReturn] = []

@@ -33,10 +33,10 @@ def score_in_shards(hydra_context, config: DictConfig, spec, settings, count: in
     from hydra.core.plugins import Plugins
 
     from primus_ext.tune.shard import read_shards, shard_plan
-    from primus_ext.tune.space import SearchSpace
+    from primus_ext.tune.space import space_of
     from primus_ext.util.files import atomic_write_bytes
 
-    how = shard_plan(SearchSpace(spec, settings.space), settings)
+    how = shard_plan(space_of(spec, settings), settings)
     if how is None:
         log.warning("primus_tuner: shards=%d unused: one guided search (each candidate "
                     "follows from the last) runs in this process", count)

@@ -6,7 +6,13 @@ module moves) groups a layer's saved tensors by module (``attn_norm``, ``qkv_lin
 ``core_attn``, ``attn_proj``, ``mlp_norm``, ``expert_fc1``, ``moe_act``) and, in
 ``pipeline_parallel/fine_grained_activation_offload.py`` (core_v0.16.1):
 
-- forward: at a group's commit, the device-to-host stream waits for the compute stream
+- every save is its own copy: the saved-tensor hook (``on_save_for_backward`` ->
+  ``tensor_push``) tags each tensor autograd saves with a fresh (group, index) and keeps
+  no identity, so a tensor two ops save is copied out, and reloaded, twice. On the
+  unfused attention path the probabilities are one such tensor: the softmax saves its
+  output and, without dropout or a cast between them, the ``bmm`` with V saves the same
+  tensor as its input (TE ``UnfusedDotProductAttention``; ``memory/attn_unfused.py``);
+- forward: at a group's commit the device-to-host stream waits for the compute stream
   and copies the group to pinned host memory (``on_group_commit_forward``,
   ``bulk_offload_group``); the compute stream goes on, so the copies overlap the layer's
   forward and only what they take beyond it is exposed;
@@ -16,26 +22,25 @@ module moves) groups a layer's saved tensors by module (``attn_norm``, ``qkv_lin
   own backward (``on_group_commit_backward``: ``wait_reload_event``). Nothing runs
   between the two, so the reloads are on the critical path whole.
 
-Each copy runs at the GPU's host link (``hardware.host_link_gbps``, PCIe or NVLink-C2C)
-or, where the node's host memory is stated (``hardware.host_mem_gbps``), at its share of
-it: every GPU of the node offloads and reloads under the same schedule, both ways at
-once, into the same DRAM. Each tensor is one ``copy_`` (a launch on the host) per
-direction.
+The copies run at the host link (``hardware.host_link_gbps``, PCIe or NVLink-C2C). Each
+save is one ``copy_`` (a launch on the host) per direction.
 """
 from __future__ import annotations
 
 from primus_ext.compute.ops import OpCost
 
+# Saved by two ops as one tensor (module docstring): the softmax output when the PV bmm
+# takes it as it is (no dropout output, no cast back between them).
+_SAVED_TWICE = {"softmax.output": ("softmax.cast", "attn_dropout.output")}
 
-def copy_gbps(spec) -> float:
-    """GB/s of one GPU's host copies, each way, with every GPU of its node copying both
-    ways at once."""
-    hw = spec.cluster.hardware
-    link = hw.host_link_gbps
-    if hw.host_mem_gbps is None:
-        return link
-    gpus = spec.cluster.node_size
-    return min(link, hw.host_mem_gbps / (2 * gpus))
+
+def saves(items: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The (name, bytes) the offload hook receives: each saved tensor once per op that
+    saves it."""
+    names = {k for k, _ in items}
+    twice = [(k, v) for k, v in items
+             if k in _SAVED_TWICE and not names & set(_SAVED_TWICE[k])]
+    return list(items) + twice
 
 
 def offload_op(spec, moe: bool, fwd_s: float, bwd_s: float) -> OpCost | None:
@@ -50,12 +55,12 @@ def offload_op(spec, moe: bool, fwd_s: float, bwd_s: float) -> OpCost | None:
     from primus_ext.memory.options import DEFAULT_OPTIONS
     from primus_ext.memory.report import resolved_train
     names = {n for m in t.offload_modules for n in OFFLOAD_ITEMS[m]}
-    items = [(k, v) for k, v in layer_items(spec.model, spec.parallel, resolved_train(spec),
-                                            moe, DEFAULT_OPTIONS) if k in names]
+    items = saves([(k, v) for k, v in layer_items(
+        spec.model, spec.parallel, resolved_train(spec), moe, DEFAULT_OPTIONS) if k in names])
     moved = sum(v for _, v in items)
     if not moved:
         return None
-    copy_s = moved / (copy_gbps(spec) * 1e9)
+    copy_s = moved / (spec.cluster.hardware.host_link_gbps * 1e9)
     n = len(items)
     return OpCost("activation_offload", "offload", max(copy_s - fwd_s, 0.0), copy_s, 0.0,
                   fwd_bytes=moved, bwd_bytes=moved, fwd_kernels=n, bwd_kernels=n)

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from omegaconf import OmegaConf
 
-from primus_ext.config import compose_cfg, spec_from_cfg
+from primus_ext.config import compose_cfg, spec_from_cfg, tune_spec
 from primus_ext.spec import RunSpec
 from primus_ext.util.values import hydra_value  # noqa: F401 (re-exported)
 
@@ -80,7 +80,17 @@ def spec_overrides(spec: RunSpec, user_overrides: Sequence[str] | None = None) -
     taken again after composing until nothing differs."""
     out = _starting_overrides(spec, user_overrides)
     cfg = compose_cfg(out)
-    have = spec_from_cfg(cfg)
+    try:
+        have = spec_from_cfg(cfg)
+    except ValueError:
+        # The user's layout does not run the job (a global batch below the GPU count):
+        # start from the tuner's starting layout, stated.
+        from primus_ext.tune.splits import SPLIT_FIELDS
+        start = tune_spec(cfg)[0].parallel
+        out = _merge(out, [f"parallel.{k}={hydra_value(getattr(start, k))}"
+                           for k in ("tp", "pp", "vpp", "cp") + SPLIT_FIELDS])
+        cfg = compose_cfg(out)
+        have = spec_from_cfg(cfg)
     first_hw = have.cluster.hardware.name
     for _ in range(3):
         extra = _group_overrides(have, spec, cfg)

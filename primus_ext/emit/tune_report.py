@@ -4,6 +4,8 @@ throughput/cost Pareto front of cluster planning, and the search statistics."""
 from __future__ import annotations
 
 from primus_ext.compute.model_flops import FORMULA_NAME
+from primus_ext.emit.tune_ties import against_winner, band_cell, recommendation_section, \
+    verdict
 from primus_ext.tune.pareto import cluster_bests, gpu_hours_per_mtok
 from primus_ext.tune.space import AXES, as_dict, describe
 
@@ -84,6 +86,7 @@ def render_report(result, overrides: list[str]) -> str:
     spec, best = r.best_spec, r.best
     bm = best.metrics
     job = r.base_spec
+    is_moe = job.model.is_moe
     L = [f"# primus-ext tune: {job.model.name}, GBS {job.train.global_batch_size}, "
          f"seq {job.train.seq_length}, {job.train.precision}",
          "",
@@ -110,6 +113,7 @@ def render_report(result, overrides: list[str]) -> str:
         cm = cmp_trial.metrics
         rows = [["step time (s)", cm["step_time_s"], bm["step_time_s"]],
                 ["tokens/s/GPU", cm["tokens_per_s_per_gpu"], bm["tokens_per_s_per_gpu"]],
+                ["  80% band", band_cell(cm, is_moe), band_cell(bm, is_moe)],
                 ["model TFLOP/s/GPU", f"{cm['tflops_per_gpu']:.0f}",
                  f"{bm['tflops_per_gpu']:.0f}"],
                 ["MFU", f"{cm['mfu']:.1%}", f"{bm['mfu']:.1%}"],
@@ -121,27 +125,64 @@ def render_report(result, overrides: list[str]) -> str:
                      f"winner: {describe(best.point)}"], rows)
         speedup = bm["tokens_per_s_per_gpu"] / cm["tokens_per_s_per_gpu"] - 1
         L += ["", f"Changes: {_changes(cmp_trial.point, best.point)}.", "",
-              f"Why the winner is faster ({speedup:+.1%} tokens/s/GPU; step time "
+              f"Winner against the baseline: {verdict(bm, cm, is_moe)}.", "",
+              f"Where the projected difference comes from ({speedup:+.1%} tokens/s/GPU; step time "
               f"{cm['step_time_s']:.3f} s -> {bm['step_time_s']:.3f} s), by breakdown "
               "component on the critical pipeline stage:"]
         L += _why(cm, bm) or ["- no difference: the baseline is the winner"]
         L.append("")
+    L += recommendation_section(r)
     L += _memory(spec)
+    L += _headroom(r)
     L += _reference(r)
     L += [f"## Top {s.top_k}", ""]
     rows = []
+    kinds = len({t.candidate["hardware"] for t in r.top(10**9)}) > 1
     for i, t in enumerate(r.top(s.top_k), 1):
         m = t.metrics
-        rows.append([str(i), describe(t.point), m["step_time_s"], m["tokens_per_s_per_gpu"],
-                     f"{m['mfu']:.1%}", _gib(m)]
-                    + [m["breakdown"].get(k, 0.0) for k in _PARTS] + [t.source])
-    L += _table(["#", "layout", "step s", "tok/s/GPU", "MFU", "mem GiB"]
-                + [k[:-2].replace("_", " ") for k in _PARTS] + ["found by"], rows)
+        # Several GPU kinds: each row says which GPU and nodes it is for, and its memory
+        # against that GPU's own capacity.
+        gpu = ([f"{t.candidate['hardware']} x {t.candidate['num_nodes']} nodes",
+                f"{_gib(m)} / {m['device_bytes'] / _GIB:.0f}"] if kinds else [_gib(m)])
+        rows.append([str(i), describe(t.point) + (" (tight)" if m.get("memory_tight") else ""),
+                     m["step_time_s"], m["tokens_per_s_per_gpu"], f"{m['mfu']:.1%}"] + gpu
+                    + [m["breakdown"].get(k, 0.0) for k in _PARTS] + [t.source]
+                    + [against_winner(t, best, is_moe)])
+    L += _table(["#", "layout", "step s", "tok/s/GPU", "MFU"]
+                + (["GPU", "mem / capacity GiB"] if kinds else ["mem GiB"])
+                + [k[:-2].replace("_", " ") for k in _PARTS] + ["found by", "vs winner"],
+                rows)
     L.append("")
     L += _pareto(r)
     L += _search(r)
     L += ["## Overrides", "", "```", *overrides, "```", ""]
     return "\n".join(L)
+
+
+def _headroom(r) -> list[str]:
+    """A winner whose peak is within tune.memory_margin of the device is tight: a risk
+    the memory model's error may turn into an out-of-memory. Name the best layout with
+    comfortable headroom beside it."""
+    margin = r.settings.memory_margin
+    bm = r.best.metrics
+    if not bm.get("memory_tight"):
+        return []
+    over = bm.get("memory_over_device")
+    L = ["## Memory risk", "",
+         f"The winner's peak ({_gib(bm)} GiB of {bm['device_bytes'] / _GIB:.1f} GiB) is "
+         + ("over the device by the memory model, but the layout is a published one "
+            "that ran: **tight**." if over else
+            f"within the tune.memory_margin of {margin:.0%}: **tight**.")]
+    roomy = next((t for t in r.top(10**9) if not t.metrics.get("memory_tight")), None)
+    if roomy is None:
+        L.append("No scored layout has comfortable headroom.")
+    else:
+        m = roomy.metrics
+        L.append(f"Best layout with comfortable headroom: **{describe(roomy.point)}**, "
+                 f"{m['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU "
+                 f"({m['tokens_per_s_per_gpu'] / bm['tokens_per_s_per_gpu'] - 1:+.1%} "
+                 f"against the winner), peak {_gib(m)} GiB.")
+    return L + [""]
 
 
 def _reference(r) -> list[str]:
@@ -153,6 +194,7 @@ def _reference(r) -> list[str]:
                                         " Note: that run's job differs from this one.")]
     proj = ref.get("projected")
     bm = r.best.metrics
+    is_moe = r.base_spec.model.is_moe
     if ref.get("verdict") not in (None, "ok"):
         L.append(f"Under this memory model the reference layout is {ref['verdict']}"
                  f" ({ref.get('reason')}); it is projected regardless.")
@@ -168,7 +210,11 @@ def _reference(r) -> list[str]:
                  "mem GiB"], rows)
     if ref.get("gain") is not None:
         L += ["", f"Projected gain of the winner over the reference layout: "
-                  f"**{ref['gain']:+.1%}** tokens/s/GPU (same projector for both)."]
+                  f"**{ref['gain']:+.1%}** tokens/s/GPU (same projector for both): "
+                  f"{verdict(bm, proj, is_moe, bool(ref.get('recompute_inferred')))}."
+              + (" The source did not state the reference's recompute: the reader "
+                 "inferred it, and its band is that of inferred rows."
+                 if ref.get("recompute_inferred") else "")]
         meas = ref.get("measured_tokens_per_s_per_gpu")
         if meas:
             L.append(f"Applied to the measured {meas:,.0f} tokens/s/GPU that would be about "

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from primus_ext.memory.grad_buffer import chunk_buffers
+from primus_ext.memory.muon import MUON_OPTIMIZERS, muon_optimizer_bytes, muon_shard
 from primus_ext.memory.options import MemoryOptions
 from primus_ext.memory.params import layer_groups
 from primus_ext.memory.rank_params import stage_params
@@ -45,7 +46,9 @@ def optimizer_bytes_per_element(train: TrainSpec) -> int:
     FusedAdam figures with the precision-aware optimizer (``te_states.py``)."""
     if train.use_precision_aware_optimizer and train.optimizer == "adam":
         return precision_aware_optimizer_bytes(train)
-    state = 8 if train.optimizer == "adam" else 4  # Adam: exp_avg, exp_avg_sq; SGD: momentum
+    # Adam: exp_avg, exp_avg_sq; SGD and Muon: momentum (Muon's non-matrix parameters
+    # take Adam: stage_states counts them apart, memory/muon.py).
+    state = 8 if train.optimizer == "adam" else 4
     master = 0 if train.precision == "fp32" else 4
     return state + master
 
@@ -155,11 +158,21 @@ def stage_states(model: ModelSpec, par: ParallelSpec, train: TrainSpec, stage: i
     else:
         opt_elems = sp.num_params
         param_bytes = sp.num_params * pbytes
+    if train.optimizer in MUON_OPTIMIZERS:
+        master = 0 if train.precision == "fp32" else 4
+        obytes_total = muon_optimizer_bytes(muon_shard(model, par, stage, local_spec),
+                                            train.optimizer, master, dp, expert_dp,
+                                            model, par, stage, local_spec)
+        if train.optimizer == "dist_muon":
+            opt_elems = -(-(sp.num_params - sp.num_expert_params) // dp) + \
+                -(-sp.num_expert_params // max(expert_dp, 1))
+    else:
+        obytes_total = opt_elems * obytes
     if train.te and train.precision == "fp8":
         fp8_elems = stage_fp8_weight_elements(model, par, stage)
         param_bytes += fp8_elems * (fp8_weight_bytes_per_element(train, fp8_non_tn_gemm)
                                     - pbytes)
     return StageStates(num_params=sp.num_params, num_expert_params=sp.num_expert_params,
                        param_bytes=param_bytes, grad_bytes=buf_numel * gbytes,
-                       optimizer_bytes=opt_elems * obytes, optimizer_elements=opt_elems)
+                       optimizer_bytes=obytes_total, optimizer_elements=opt_elems)
 

@@ -6,7 +6,9 @@ block, one for the embedding, one for the final norm with the output):
 
 - sharded parameters in fp32 (``training.dtype`` float32; the mixed-precision policy
   casts to bf16 only for compute) over ``dp_shard * cp`` (the ``fsdp`` mesh; experts
-  over ``efsdp = dp_shard * cp * tp / ep``), after TP has sharded them over ``tp``;
+  under EP over ``efsdp = dp_shard * cp * tp / ep``), after TP has sharded them over
+  ``tp`` (routed experts too when EP is off; under EP they are split over ``ep`` and not
+  over TP: ``spec/torchtitan.py expert_tp``);
   each tensor's shard rounded up (FSDP2 pads dim 0 to the mesh size, approximated per
   tensor here);
 - sharded gradients in fp32 (``mixed_precision_reduce`` float32) and AdamW's two fp32
@@ -41,7 +43,8 @@ from primus_ext.memory.report import MemoryReport, StageMemory
 from primus_ext.memory.torchtitan_act import (block_items, embedding_items,
                                               loss_working_bytes, output_items)
 from primus_ext.spec.run import RunSpec
-from primus_ext.spec.torchtitan import resolved_dp_shard, stage_layer_counts
+from primus_ext.spec.torchtitan import (expert_tp, resolved_dp_shard,
+                                        stage_layer_counts)
 
 PARAM_BYTES = 4  # fp32 sharded parameters (TrainingConfig.dtype "float32")
 GRAD_BYTES = 4  # fp32 sharded gradients (mixed_precision_reduce "float32")
@@ -51,7 +54,7 @@ UNSHARDED_BYTES = 2  # bf16 all-gathered parameters (mixed_precision_param "bflo
 
 def layout_par(spec: RunSpec):
     """The ParallelSpec with torchtitan's pipeline split as an explicit layout."""
-    par = spec.parallel
+    par = replace(spec.parallel, etp=expert_tp(spec.parallel))
     if par.pp == 1:
         return replace(par, pipeline_layout=None)
     counts = stage_layer_counts(par.pp * par.vpp, spec.model.num_layers)
@@ -135,7 +138,7 @@ def _states(spec: RunSpec, stage: int) -> tuple[int, int, int, int, int, int, in
 def _chunk_activations(spec: RunSpec, stage: int, chunk: int, layers: int,
                        options: MemoryOptions) -> tuple[int, int]:
     """(saved bytes per microbatch, transient working bytes) of one model chunk."""
-    model, par, train = spec.model, spec.parallel, spec.train
+    model, par, train = spec.model, layout_par(spec), spec.train
     first = stage == 0 and chunk == 0
     last = stage == par.pp - 1 and chunk == par.vpp - 1
     saved = working = 0

@@ -5,7 +5,7 @@ import sys
 
 from omegaconf import OmegaConf
 
-from primus_ext.config import spec_from_cfg
+from primus_ext.config import tune_spec
 from primus_ext.emit.console import gib, print_json, print_table
 from primus_ext.tune.run import tune
 from primus_ext.tune.settings import TuneSettings
@@ -22,10 +22,10 @@ def _task_overrides() -> list[str] | None:
 
 
 def run(cfg) -> dict:
-    spec = spec_from_cfg(cfg)
+    spec, unstated = tune_spec(cfg)
     data = OmegaConf.to_container(cfg.tune, resolve=True)
     settings = TuneSettings.from_dict(data, calibration=cfg.get("calibration", "default"),
-                                      profile=cfg.get("profile"))
+                                      profile=cfg.get("profile"), unstated=unstated)
     result = tune(spec, settings, overrides=_task_overrides())
     out = result.to_dict()
     if cfg.output == "json":

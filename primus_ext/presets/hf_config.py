@@ -101,10 +101,12 @@ def fields_from_hf(cfg: dict) -> tuple[dict, list[str]]:
                      f"tower and its keys are not ({', '.join(sorted(outer))})")
         cfg = {"model_type": "gemma3_text", **cfg["text_config"]}
         model_type, where = "gemma3_text", "text_config."
+    elif model_type == "gemma3":
+        model_type = "gemma3_text"  # a flat Gemma3 file: the decoder's keys at the top
     if model_type not in SUPPORTED:
         raise ValueError(f"model.hf_config: model_type={model_type!r} is not supported; "
                          f"supported: {', '.join(SUPPORTED)}")
-    r = _Reader(cfg, where)
+    r = _Reader({**cfg, "model_type": model_type}, where)
     r.used.add("model_type")
     f: dict = {
         "num_layers": r.need("num_hidden_layers"),

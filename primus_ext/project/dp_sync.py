@@ -243,7 +243,7 @@ def dp_sync(spec: RunSpec, st, *, megatron_buckets: bool = True) -> DpSync:
                             sum(t for ch in p_b for _, t in ch))
         g_b, p_b, g, p = buckets[key]
         if stage_counts not in steps:
-            steps[stage_counts] = optimizer_step_s(spec, stage_counts)
+            steps[stage_counts] = optimizer_step_s(spec, stage_counts, stage=s)
         exposed.append(grad_sync_exposed_s(spec, g_b, bwd, group, slack)
                        + param_gather_exposed_s(spec, p_b, fwd, group, lead_s))
         opt.append(steps[stage_counts])

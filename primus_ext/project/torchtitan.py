@@ -12,8 +12,18 @@ model and schedule simulator as a megatron-core one, on an equivalent layout:
 - TP with sequence parallelism (torchtitan's default ``enable_sequence_parallel``);
   async TP (``--compile.enable_async_tensor_parallel``) as overlapped TP collectives
   (``parallel.tp_comm_overlap``);
-- experts not sharded over TP (``etp=1``: torchtitan 0.3.0's sparse mesh has no
-  expert-TP axis);
+- the routed experts sharded over TP when EP is off and over EP alone when it is on
+  (``spec/torchtitan.py expert_tp``: torchtitan 0.3.0's sparse mesh has no expert-TP
+  axis, ``models/common/moe_sharding.py``); MoE as torchtitan runs it (``MOE_AS_TORCHTITAN``): the
+  ``AllToAllTokenDispatcher`` (``models/common/token_dispatcher.py``: an all-to-all of
+  the tokens-per-expert counts, their ``.tolist()`` host sync for the splits, then an
+  all-to-all of one row per (token, expert) pair over the EP group and back in
+  ``combine``), the local experts as ``torch._grouped_mm`` (``models/common/moe.py
+  GroupedExperts``), the permutation by index gathers (``_local_reorder`` / ``_permute``,
+  not a fused kernel), an eager top-k router without an auxiliary loss (its expert bias
+  is updated in the optimizer hook); EP borrows its ranks from FSDP2 and TP: experts are
+  sharded over ``efsdp = dp_shard * cp * tp / ep`` (``ParallelDims.build_mesh``'s sparse
+  mesh ``pp x dp_replicate x efsdp x ep``; memory/torchtitan.py);
 - pipeline split as torchtitan's ``_generate_llm_fqn_per_model_part`` (embedding and
   output weighted as one layer each), schedules mapped by ``spec/torchtitan.py``
   (GPipe, 1F1B, Interleaved1F1B, and the zero-bubble ones as ZB-H1);
@@ -55,8 +65,15 @@ from primus_ext.comm.collectives import collective_s
 from primus_ext.comm.groups import _span, domain_size
 from primus_ext.comm.overlap import exposed_s
 from primus_ext.spec.run import RunSpec
-from primus_ext.spec.torchtitan import SCHEDULE_SIM, canonical_schedule, stage_layer_counts
+from primus_ext.spec.torchtitan import (SCHEDULE_SIM, canonical_schedule, expert_tp,
+                                        stage_layer_counts)
 
+# megatron-core's MoE switches that cost torchtitan 0.3.0's MoE block (module docstring).
+MOE_AS_TORCHTITAN = dict(moe_token_dispatcher_type="alltoall", moe_grouped_gemm=True,
+                         moe_permute_fusion=False, moe_router_fusion=False,
+                         moe_router_load_balancing_type="none", moe_router_terms=(),
+                         overlap_moe_expert_parallel_comm=False,
+                         moe_shared_expert_overlap=False)
 # compute/'s selective-recompute module set that stands for torchtitan's op-level SAC.
 SAC_MODULES = ("torchtitan_sac",)
 # torchtitan's llama3 / qwen3 configs wrap the loss in ChunkedLossWrapper, whose
@@ -72,6 +89,22 @@ def view_notes(spec: RunSpec) -> tuple[str, ...]:
     if spec.parallel.ep > 1 and not spec.model.is_moe:
         out.append(f"parallel.ep={spec.parallel.ep} has no effect on a dense model "
                    "(torchtitan ParallelismConfig.expert_parallel_degree)")
+    if spec.model.is_moe:
+        # The switches a user sets on purpose (the others are megatron-core defaults).
+        asked = ("moe_token_dispatcher_type", "overlap_moe_expert_parallel_comm",
+                 "moe_shared_expert_overlap")
+        changed = [f"{k}={getattr(spec.parallel, k)!r}" for k in asked
+                   if getattr(spec.parallel, k) != MOE_AS_TORCHTITAN[k]]
+        out.append("MoE as torchtitan 0.3.0 runs it: all-to-all token dispatch with a host "
+                   "sync for the splits, torch._grouped_mm experts, index permutation, "
+                   "eager router" + (f" (megatron-core switches ignored: "
+                                     f"{', '.join(changed)})" if changed else ""))
+    p = spec.parallel
+    if p.pp == 1 and not (p.ep > 1 and spec.model.is_moe):
+        out.append("torchtitan 0.3.0 captures forward+backward in a CUDA graph by default "
+                   "here (Trainer: wrap_with_cuda_graph unless --training."
+                   "disable_cuda_graphs): not modelled, its host launches are costed as "
+                   "eager")
     if spec.parallel.tp_comm_overlap and not spec.parallel.sequence_parallel:
         out.append("async TP without sequence parallelism: inductor's micro-pipeline TP "
                    "finds no all-gather / reduce-scatter next to a matmul to overlap")
@@ -120,10 +153,11 @@ def simulated_view(spec: RunSpec) -> RunSpec:
     fsdp = p.pp == 1
     par = replace(p, fsdp=fsdp, use_distributed_optimizer=not fsdp,
                   grad_reduce_in_fp32=True,
-                  etp=1 if m.is_moe else None, ep=p.ep if m.is_moe else 1,
+                  etp=expert_tp(p) if m.is_moe else None, ep=p.ep if m.is_moe else 1,
                   schedule=sched, pipeline_layout=layout, dp_shard=-1, dp_replicate=1,
                   cp_comm_type="allgather" if p.cp > 1 else p.cp_comm_type,
-                  sequence_parallel=p.sequence_parallel or (m.is_moe and p.tp > 1))
+                  sequence_parallel=p.sequence_parallel or (m.is_moe and p.tp > 1),
+                  **(MOE_AS_TORCHTITAN if m.is_moe else {}))
     ac = t.activation_checkpoint
     # Full AC wraps each block in torch's non-reentrant checkpoint (torchtitan
     # parallelize_llama.py _apply_ac_to_transformer_block: ptd_checkpoint_wrapper, whose

@@ -1,15 +1,17 @@
 """A row's model columns into a ModelSpec: the preset matched from the ``model`` column
 supplies what the columns cannot say; ``MegatronGPT-*`` rows have no preset and take
-Megatron-LM's GPT defaults; an empty ``seq_len`` takes the preset's pre-training
-context."""
+Megatron-LM's GPT defaults; any other model without a preset is built from its shape
+columns (``published/shape_columns.py``) or refused with the missing column named; an
+empty ``seq_len`` takes the preset's pre-training context."""
 from __future__ import annotations
 
 import re
 
-from primus_ext.presets import list_presets, model_preset
+from primus_ext.presets import model_preset
 from primus_ext.published.cells import RowError, _Row
 from primus_ext.published.contexts import TRAINING_CONTEXT, training_context
 from primus_ext.published.names import match_model_preset, normalize_model_name
+from primus_ext.published.shape_columns import check_stated_size, fields_from_columns
 from primus_ext.spec import ModelSpec
 
 # Megatron-LM's GPT defaults (arguments.py): 4*hidden FFN, MHA, GeLU, LayerNorm, biases,
@@ -46,9 +48,7 @@ def model_of(r: _Row, notes: list[str]) -> tuple[ModelSpec, str | None]:
                      "learned absolute positions, untied embeddings as the published "
                      "parameter counts imply)")
     else:
-        raise r.fail("model", f"{name!r} matches no model preset (normalised {norm!r}; "
-                     f"presets: {', '.join(list_presets('model'))}) and is not a family "
-                     "buildable from the columns alone (MegatronGPT-*)")
+        fields = fields_from_columns(r, norm, notes)
     for column, key in _MODEL_COLUMNS:
         value = r.int_(column)
         if value is None:
@@ -74,9 +74,13 @@ def model_of(r: _Row, notes: list[str]) -> tuple[ModelSpec, str | None]:
             notes.append(f"max_position_embeddings={seq} (learned position table sized to "
                          "the run's sequence length)")
     try:
-        return ModelSpec(**fields), preset
+        model = ModelSpec(**fields)
     except ValueError as exc:
         raise RowError(f"row {r.run_id}: {exc}") from None
+    if preset is None and not norm.startswith(_GPT_FAMILIES):
+        from primus_ext.memory.params import count_params
+        check_stated_size(r, count_params(model).num_params / 1e9, notes)
+    return model, preset
 
 
 def _fill_seq(r: _Row, preset: str | None, notes: list[str]) -> None:

@@ -13,7 +13,8 @@ Rules (column conventions: ``data/validation/README.md``):
   are built from the columns with Megatron-LM's GPT defaults.
 - Cluster: the ``gpu`` column names a hardware preset; ``num_gpus`` is whole nodes of
   it, or one partial node when smaller than a node.
-- Layout: ``vp`` empty/1/n/a = no interleaving; ``dp`` is derived and checked against the
+- Layout: an empty ``tp`` or ``pp`` (the other given) = 1, said; both empty = no layout
+  published (published/tuned.py); ``vp`` empty/1/n/a = no interleaving; ``dp`` is derived and checked against the
   column; tp > 1 turns sequence parallelism on (megatron-core requires it for MoE; the
   NeMo / Megatron-Bridge recipes default to it for dense models).
 - Batch: empty ``mbs`` -> 1; empty ``gbs`` -> from measured step time and tokens/s, else a
@@ -35,9 +36,11 @@ from primus_ext.published.model_columns import model_of
 from primus_ext.published.names import hardware_preset_name
 from primus_ext.published.recipes import Recipe, RowFacts, attention_flops_halved, recipe_for
 from primus_ext.published.recompute import read_recompute
+from primus_ext.published.row_facts import flag
 from primus_ext.published.torchtitan import is_torchtitan_row, torchtitan_spec
 from primus_ext.published.tuned import tuned_layout
 from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec
+from primus_ext.util.files import input_file
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "validation" / "published_runs.csv"
 # Published MoE runs read and projected like the public set's, held apart from it (not
@@ -189,14 +192,16 @@ def _cluster(r: _Row, notes: list[str]) -> tuple[ClusterSpec, str]:
                  f"a {hw_name} node nor smaller than one node")
 
 
-_TP_OVERLAP_NOTE = re.compile(r"\bTP\b[\w/]*\s+comm(?:unication)?\s+overlap\s+on", re.I)
 _CURRENT_SCALING = re.compile(r"current[- ]scaling", re.I)
 
 
 def _parallel(r: _Row, model: ModelSpec, world: int, notes: list[str],
               recipe: Recipe) -> ParallelSpec:
-    tp = r.int_("tp", required=True)
-    pp = r.int_("pp", required=True)
+    for column in ("tp", "pp"):
+        r.text(column, required=r.row.get(column) is None)  # an absent column is an error
+        if r.text(column) == "":
+            notes.append(f"{column} empty: 1 assumed (the other parallel column is given)")
+    tp, pp = r.int_("tp") or 1, r.int_("pp") or 1
     vp_text = r.text("vp")
     vpp = r.int_("vp") or 1
     if not vp_text and pp > 1 and "vpp" not in recipe.parallel:
@@ -229,9 +234,9 @@ def _parallel(r: _Row, model: ModelSpec, world: int, notes: list[str],
         notes.append("sequence_parallel=True (tp>1: required by megatron-core for MoE, "
                      "default of the NeMo/Megatron-Bridge recipes for dense models)")
     sharding = r.text("fsdp_or_zero").lower()
-    if _TP_OVERLAP_NOTE.search(r.text("notes")):
+    if not is_torchtitan_row(r.text("source")) and flag(r, "tp_comm_overlap", notes):
         kwargs["tp_comm_overlap"] = True
-        notes.append("tp_comm_overlap=True (the row's notes say TP comm overlap is on)")
+        notes.append("tp_comm_overlap=True (the row states TP comm overlap on)")
     if sharding.startswith("fsdp") and pp > 1:
         # Sharded data parallelism next to a pipeline keeps parameters gathered across
         # the microbatches (Llama 3 paper Sec. 3.3.2: no reshard after forward; the
@@ -339,23 +344,37 @@ def _train(r: _Row, par: ParallelSpec, world: int, measured: Measured,
 
 
 # ---- files --------------------------------------------------------------------------
-def read_runs(path: str | Path = DEFAULT_PATH) -> list[PublishedRun]:
-    """Every row of a published-runs CSV (measured_* columns may be absent).
+def _parse_shared(row: Mapping[str, str | None], line: int, parsed: dict) -> PublishedRun:
+    """``parse_row``, shared between rows that differ only in their run_id (a large CSV
+    repeats configurations): parsed once, then relabelled."""
+    run_id = (row.get("run_id") or "").strip() or f"line {line}"
+    key = tuple(sorted((k, v) for k, v in row.items() if k != "run_id" and k is not None))
+    first = parsed.get(key)
+    if first is None:
+        first = parsed[key] = parse_row(row, line)
+        return first
+    old, new = f"row {first.run_id}", f"row {run_id}"
+    return replace(first, run_id=run_id, row=dict(row),
+                   error=first.error.replace(old, new) if first.error else first.error,
+                   notes=tuple(n.replace(old, new) for n in first.notes))
+
+
+def read_runs(path: str | Path = DEFAULT_PATH, on_row=None) -> list[PublishedRun]:
+    """Every row of a published-runs CSV (measured_* columns may be absent); ``on_row()``
+    is called after each row (progress).
 
     File-level errors (no such file, not UTF-8 text, no run_id column, a run_id on two
     rows) raise one ValueError naming the file; a bad row becomes that row's error."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"runs={str(path)!r}: no such file")
+    path = input_file(path, "runs")
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
             if not reader.fieldnames or "run_id" not in reader.fieldnames:
                 raise ValueError(f"runs={str(path)!r}: not a published-runs CSV (no "
                                  "'run_id' column in the header)")
-            runs, lines = [], {}
+            runs, lines, parsed = [], {}, {}
             for row in reader:
-                run = parse_row(row, line=reader.line_num)
+                run = _parse_shared(row, reader.line_num, parsed)
                 key = (row.get("run_id") or "").strip()
                 if key and key in lines:
                     raise ValueError(f"runs={str(path)!r}: run_id {key!r} appears twice "
@@ -363,6 +382,8 @@ def read_runs(path: str | Path = DEFAULT_PATH) -> list[PublishedRun]:
                                      "needs its own run_id")
                 lines[key] = reader.line_num
                 runs.append(run)
+                if on_row is not None:
+                    on_row()
             return runs
     except UnicodeDecodeError as exc:
         raise ValueError(f"runs={str(path)!r} is not UTF-8 text (byte {exc.start}: "

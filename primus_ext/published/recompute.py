@@ -16,7 +16,8 @@ ACCEPTED = ("none (also: no, off, false, 0, disabled)",
             "'full (N layers)' for the first N layers of each pipeline chunk)",
             "selective (also: selective(per-op), op, SAC; modules in words or megatron-core "
             "names: core_attn / attention, layernorm / rmsnorm / norm, mla_up_proj / "
-            "mla up-projection, mlp, moe, moe_act, shared_experts)")
+            "mla up-projection, mlp, moe, moe_act / act, shared_experts)",
+            "a list of those modules alone ('norm, act'), read as selective of them")
 
 _NONE = re.compile(r"^(none|no|off|false|0|disabled|no recompute|no ac)$")
 _FULL = re.compile(r"^(full|ac|full ac|activation checkpointing|full activation "
@@ -29,6 +30,8 @@ _MODULE_WORDS = (
     (r"shared[\s_-]*experts?", "shared_experts"),
     (r"moe[\s_-]*act(?:ivation)?", "moe_act"),
     (r"\bmoe\b", "moe"),
+    # A bare "act": megatron-core's one activation module is the MoE MLP's (moe_act).
+    (r"\bact(?:ivations?)?\b", "moe_act"),
     (r"\bmlp\b", "mlp"),
     (r"rms[\s_-]*norm|layer[\s_-]*norm|\bnorms?\b", "layernorm"),
     (r"core[\s_-]*attn|core[\s_-]*attention|\battention\b|\battn\b", "core_attn"),
@@ -52,13 +55,14 @@ def read_recompute(cell: str) -> tuple[dict, str | None]:
         kwargs = dict(recompute_granularity="full", recompute_method="uniform",
                       recompute_num_layers=1)
         return kwargs, None if text == "full" else f"recompute {cell!r} read as full"
+    listed, rest = _modules(text)
+    if listed and not re.sub(r"[\s,;/&+()]|\band\b|\brecompute[d]?\b", "", rest):
+        # Only module names: the --recompute-modules of a selective recompute.
+        return (dict(recompute_granularity="selective", recompute_modules=tuple(listed)),
+                f"recompute {cell!r} read as selective of {', '.join(listed)} "
+                "(--recompute-modules)")
     if _SELECTIVE.match(text):
-        rest = _SELECTIVE.sub("", text, count=1)
-        mods = []
-        for pattern, module in _MODULE_WORDS:
-            if re.search(pattern, rest) and module not in mods:
-                mods.append(module)
-                rest = re.sub(pattern, " ", rest)
+        mods, _ = _modules(_SELECTIVE.sub("", text, count=1))
         if not mods:
             note = None if text == "selective" else (
                 f"recompute {cell!r} read as selective of core attention (megatron-core's "
@@ -68,3 +72,14 @@ def read_recompute(cell: str) -> tuple[dict, str | None]:
                 f"recompute {cell!r} read as selective of {', '.join(mods)}")
     raise ValueError(f"{cell!r} is not a recompute setting; accepted: "
                      + "; ".join(ACCEPTED))
+
+
+def _modules(text: str) -> tuple[list[str], str]:
+    """megatron-core recompute modules named in ``text``, and the text left over."""
+    mods: list[str] = []
+    for pattern, module in _MODULE_WORDS:
+        if re.search(pattern, text):
+            if module not in mods:
+                mods.append(module)
+            text = re.sub(pattern, " ", text)
+    return mods, text

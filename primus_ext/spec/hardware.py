@@ -116,10 +116,6 @@ class HardwareSpec:
     # Host link per GPU, GB/s each way (PCIe; NVLink-C2C on Grace): activation
     # offloading's device-to-host copies and their reloads.
     host_link_gbps: float = 55.0
-    # Host memory bandwidth of one node, GB/s (all its CPU sockets' DRAM channels at their
-    # rated transfer rate). The host copies of all the node's GPUs land in it, both ways
-    # at once; None: not stated, the host link alone bounds a copy.
-    host_mem_gbps: float | None = None
     host_speed: float = 1.0
     launch_s: float = 5e-6
     te_module_host_s: float = 25e-6
@@ -183,8 +179,6 @@ class HardwareSpec:
         for f in ("launch_s", "te_module_host_s", "collective_host_s", "sync_s",
                   "step_host_s", "host_link_gbps"):
             non_negative(_OWNER, f, getattr(self, f))
-        if self.host_mem_gbps is not None and not self.host_mem_gbps > 0:
-            raise ValueError(f"hardware.host_mem_gbps={self.host_mem_gbps} must be positive")
         v = self.comm_overlap_penalty
         non_negative(_OWNER, "comm_overlap_penalty", v)
         if v > 1:

@@ -12,7 +12,8 @@ Rules checked here, each named after the torchtitan code that enforces it:
 - ``ParallelDims._validate``: every degree >= 1 except ``dp_shard`` (-1 or >= 1), and
   ``dp_replicate * dp_shard * cp * tp * pp == world size``;
 - ``ParallelismConfig.expert_parallel_degree``: EP borrows ranks from FSDP and TP, so
-  ``ep`` divides ``dp_shard * cp * tp`` (``efsdp = dp_shard * cp * tp / ep``);
+  ``ep`` divides ``dp_shard * cp * tp`` (``efsdp = dp_shard * cp * tp / ep``); the
+  experts' TP is torchtitan's choice (``expert_tp``), not a setting;
 - ``Trainer.__init__`` (batch check): ``global_batch_size`` is a multiple of
   ``local_batch_size * dp_replicate * dp_shard``;
 - ``Trainer.Config.__post_init__``: ``local_batch_size`` divisible by
@@ -53,6 +54,15 @@ def canonical_schedule(name: str) -> str | None:
     """``name`` when it is one of torchtitan's schedule names (spelled as torch's
     get_schedule_class map spells them), else None."""
     return name if name in tuple(SCHEDULE_SIM) + NOT_MODELLED_SCHEDULES else None
+
+
+def expert_tp(par) -> int:
+    """TP degree over the routed experts' weights in torchtitan 0.3.0
+    (``models/common/moe_sharding.py``): with EP off they are sharded over the dense TP
+    axis (``expert_param_placement_dense``: colwise w1/w3, rowwise w2) and FSDP2 over
+    ``fsdp``; with EP on they are split over ``ep`` only (``expert_param_placement_
+    sparse``: EP borrows the TP ranks) and FSDP2 over ``efsdp``."""
+    return par.tp if par.ep == 1 else 1
 
 
 def resolved_dp_shard(dp_shard: int, dp_replicate: int, cp: int, tp: int, pp: int,
@@ -125,9 +135,11 @@ def check_torchtitan(model, par, train, cluster) -> None:
     if model.is_moe and par.ep > 1 and model.num_moe_experts % par.ep != 0:
         raise ValueError(f"model.num_moe_experts={model.num_moe_experts} is not divisible "
                          f"by parallel.ep={par.ep}")
-    if par.etp is not None and par.etp != 1:
-        raise ValueError(f"parallel.etp={par.etp}: torchtitan 0.3.0 does not shard experts "
-                         "over TP (its sparse mesh is pp x dp_replicate x efsdp x ep)")
+    if par.etp is not None and par.etp != expert_tp(par):
+        raise ValueError(f"parallel.etp={par.etp}: torchtitan 0.3.0 decides the experts' TP "
+                         f"itself (here {expert_tp(par)}): TP shards them when EP is off, "
+                         "and EP borrows the TP ranks when it is on (models/common/"
+                         "moe_sharding.py); leave parallel.etp unset")
     dp = par.dp_replicate * dp_shard
     per_step = train.micro_batch_size * dp
     if train.global_batch_size % per_step != 0:

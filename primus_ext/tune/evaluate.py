@@ -1,10 +1,14 @@
 """Scoring candidates: memory pre-filter, then the projector, cached by point, journaled.
 
-A candidate first meets the memory model: ``peak_bytes * (1 + margin) > device_bytes``
-rejects it before any projection (milliseconds saved per candidate, and a layout that
-does not fit is no answer whatever its speed). What fits is projected; the trial keeps
-a compact copy of the Estimate (figures, breakdown, memory peak) for the journal, the
-search and the report.
+A candidate first meets the memory model, with the options ``mode=project`` uses: a
+peak over the device rejects it before any projection (milliseconds saved per
+candidate, and a layout that does not fit is no answer whatever its speed). What fits is
+projected exactly as ``mode=project`` projects it; the trial keeps a compact copy of the
+Estimate (figures, breakdown, memory peak) for the journal, the search and the report.
+``tune.memory_margin`` is a reported risk, not a filter: a fitting peak within that share
+of the device is marked ``memory_tight`` (layouts that ran sit there: 167 GiB on B200).
+A published layout of the job ran: the memory model does not reject it; a peak over the
+device is marked ``memory_over_device`` (and tight) instead.
 """
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ from primus_ext.spec import RunSpec
 from primus_ext.tune.space import AXES, Point, SearchSpace, as_dict
 from primus_ext.tune.settings import TuneSettings
 
+# Trial sources of published layouts (tune.reference): layouts that ran.
+PUBLISHED_SOURCES = ("reference", "published")
 VERDICTS = ("ok", "oom", "illegal", "skipped", "out_of_space", "error")
 
 
@@ -68,7 +74,8 @@ def compact_estimate(est, spec: RunSpec, peak_bytes: int, device_bytes: int) -> 
             "breakdown": dict(est.breakdown), "num_microbatches": est.num_microbatches,
             "schedule": est.schedule, "critical_stage": est.critical_stage,
             "world_size": spec.world_size, "hardware": spec.cluster.hardware.name,
-            "num_nodes": spec.cluster.num_nodes, "backend": est.backend}
+            "num_nodes": spec.cluster.num_nodes, "backend": est.backend,
+            "band_features": dict(getattr(est, "band_features", None) or {})}
 
 
 def gpu_hour_cost(spec: RunSpec, settings: TuneSettings) -> float | None:
@@ -99,10 +106,17 @@ def objective_score(metrics: dict, objective: str) -> float:
     return -cost
 
 
-def _memory_options_with_margin(margin: float):
-    """The memory model's options with the tuner's margin on the fit verdict."""
+def _memory_options():
+    """The memory model's options of ``mode=project`` (no margin on the fit verdict)."""
     from primus_ext.memory.options import MemoryOptions
-    return MemoryOptions(margin_fraction=margin)
+    return MemoryOptions()
+
+
+def is_tight(metrics: dict | None, margin: float) -> bool:
+    """A fitting peak within ``margin`` of the device (the tuner's memory risk)."""
+    if not metrics or not metrics.get("device_bytes"):
+        return False
+    return metrics["peak_memory_bytes"] * (1 + margin) > metrics["device_bytes"]
 
 
 class Evaluator:
@@ -111,7 +125,7 @@ class Evaluator:
     def __init__(self, space: SearchSpace, settings: TuneSettings, *,
                  memory_fn: Callable | None = None, project_fn: Callable | None = None,
                  journal=None, on_trial: Callable | None = None,
-                 prefetched: dict | None = None):
+                 prefetched: dict | None = None, started: float | None = None):
         self.space, self.settings = space, settings
         # Scores computed elsewhere (tune/shard.py): point -> trial record.
         self.prefetched = prefetched or {}
@@ -123,7 +137,7 @@ class Evaluator:
             calib = calib if isinstance(calib, Calibration) else load_calibration(calib)
         if memory_fn is None:
             from primus_ext.memory.report import memory_report
-            self._mem_opts = _memory_options_with_margin(settings.memory_margin)
+            self._mem_opts = _memory_options()
             opts = self._mem_opts
             # The projector calls memory_report on the calibrated spec with these
             # options: the same call here makes its (cached) report the one we filter on.
@@ -141,7 +155,9 @@ class Evaluator:
         # ... of which off the space's axes (the fit ladder's recompute, e.g. block-23)
         self.num_off_axis = 0
         self.num_projected = 0
-        self.start = time.monotonic()
+        # The time budget counts from here, or from ``started`` (tune(): its own start,
+        # so that enumerating the space is inside tune.budget.seconds).
+        self.start = time.monotonic() if started is None else started
         self.best: Trial | None = None
         self._cap: tuple[int, float] | None = None
 
@@ -203,7 +219,7 @@ class Evaluator:
         LLM loop and the reference layout bring their own limits)."""
         point = self.space.normalize(point)
         hit = self.cache.get(point)
-        if hit is not None:
+        if hit is not None and not (hit.verdict == "oom" and source in PUBLISHED_SOURCES):
             return hit
         trial = Trial(point=point, source=source, verdict="ok", hypothesis=hypothesis)
         off_axis = self.space.in_space(point) if check_space else None
@@ -222,13 +238,15 @@ class Evaluator:
             self.num_off_axis += bool(self.space.in_space(point))
             done = self.prefetched.get(point)
             if done is None:
-                self._score(spec, trial)
+                self._score(spec, trial, ran=source in PUBLISHED_SOURCES)
             else:
                 self._reuse(done, trial)
         self._record(trial, journal=True)
         return trial
 
-    def _score(self, spec: RunSpec, trial: Trial) -> None:
+    def _score(self, spec: RunSpec, trial: Trial, ran: bool = False) -> None:
+        """``ran``: a published layout of the job; it ran, so a memory verdict over the
+        device does not reject it (the trial says so: ``memory_over_device``)."""
         margin = self.settings.memory_margin
         try:
             mem = self.memory_fn(spec)
@@ -236,11 +254,11 @@ class Evaluator:
             if self._mem_opts is not None:
                 fits = bool(mem.fits)
             else:
-                fits = mem.peak_bytes * (1 + margin) <= device
-            if not fits:
+                fits = mem.peak_bytes <= device
+            if not fits and not ran:
                 trial.verdict = "oom"
-                trial.reason = (f"peak {mem.peak_bytes / 2**30:.1f} GiB x (1 + margin "
-                                f"{margin:g}) > {device / 2**30:.1f} GiB")
+                trial.reason = (f"peak {mem.peak_bytes / 2**30:.1f} GiB > "
+                                f"{device / 2**30:.1f} GiB")
                 trial.metrics = {"peak_memory_bytes": mem.peak_bytes,
                                  "device_bytes": device}
                 return
@@ -252,6 +270,8 @@ class Evaluator:
             return
         metrics = compact_estimate(est, spec, mem.peak_bytes, device)
         metrics["cost_per_mtok"] = cost_per_mtok(metrics, gpu_hour_cost(spec, self.settings))
+        metrics["memory_tight"] = is_tight(metrics, margin)
+        metrics["memory_over_device"] = not fits
         trial.metrics = metrics
         trial.score = objective_score(metrics, self.settings.objective)
 

@@ -25,7 +25,7 @@ from primus_ext.tune.planner import plan
 from primus_ext.tune.reference import Reference, find_reference
 from primus_ext.tune.search import exhaustive, guided
 from primus_ext.tune.settings import TuneSettings
-from primus_ext.tune.space import SearchSpace, describe, point_of
+from primus_ext.tune.space import SearchSpace, describe, point_of, space_of
 from primus_ext.util.files import lock_dir
 
 log = logging.getLogger("primus_ext.tune")
@@ -150,8 +150,11 @@ def _tune(spec_or_overrides, settings, held: ExitStack, overrides, memory_fn, pr
     settings = settings or TuneSettings()
     from primus_ext.tune.hybrid import check_available
     check_available(settings)
+    if write and base.framework == "torchtitan":  # its recipe needs a config function
+        from primus_ext.frameworks.torchtitan.registry import registry_for
+        registry_for(base.model)
 
-    space = SearchSpace(base, settings.space)
+    space = space_of(base, settings)
     t0 = time.monotonic()
     num_legal = space.num_legal
     log.info("search space: %d raw points, %d distinct, %d legal (%.2f s)", space.num_raw,
@@ -176,7 +179,7 @@ def _tune(spec_or_overrides, settings, held: ExitStack, overrides, memory_fn, pr
         if settings.progress else None
     ev = Evaluator(space, settings, memory_fn=memory_fn, project_fn=project_fn,
                    journal=journal, on_trial=progress.update if progress else None,
-                   prefetched=prefetched)
+                   prefetched=prefetched, started=t0)
     if journal is not None:
         for rec in journal.resumed:
             ev.preload(Trial.from_record(rec))
@@ -195,10 +198,7 @@ def _tune(spec_or_overrides, settings, held: ExitStack, overrides, memory_fn, pr
                            f"distinct, {num_legal:,} legal; strategy {strategy}")
         fixed = CLUSTER_AXES if len(clusters) > 1 and strategy == "guided" else ()
         user, start, seeds = plan(ev, point_of(base), fixed=fixed)
-        reference = find_reference(base, settings.reference)
-        if reference is not None and reference.same_job:
-            ref_trial = ev.evaluate(point_of(reference.spec), "reference",
-                                    enforce_budget=False)
+        reference, ref_trial = score_references(ev, base)
         try:
             if strategy == "exhaustive":
                 exhaustive(ev)
@@ -258,6 +258,26 @@ def _tune(spec_or_overrides, settings, held: ExitStack, overrides, memory_fn, pr
 CLUSTER_AXES = ("num_nodes", "hardware")
 
 
+def score_references(ev: Evaluator, base: RunSpec) -> tuple[Reference | None, Trial | None]:
+    """The reference run (tune.reference) and its layout's trial; with
+    ``tune.reference=auto`` every published layout of the job is scored too (each is a
+    candidate, whatever the budget)."""
+    which = ev.settings.reference
+    if which is None or str(which).lower() in ("none", "null", "false", ""):
+        return None, None
+    from primus_ext.tune.reference import published_runs, same_job_layouts
+    runs = published_runs(base, None if str(which).lower() == "auto" else str(which))
+    reference = find_reference(base, which, runs)
+    trial = None
+    if reference is not None and reference.same_job:
+        trial = ev.evaluate(point_of(reference.spec), "reference", enforce_budget=False)
+    if reference is not None and str(which).lower() == "auto":
+        for other in same_job_layouts(base, runs):
+            ev.evaluate(point_of(other), "published", enforce_budget=False)
+    return reference, trial
+
+
+
 def _plan_clusters(ev: Evaluator, clusters: list, base_point, base_seeds: list[Trial],
                    restarts: int, only: list | None = None) -> None:
     """Cluster planning: each (num_nodes, hardware) gets its own planner seeds and
@@ -306,7 +326,8 @@ def _reference_entry(ref: Reference | None, trial: Trial | None, ev: Evaluator,
     entry = {"run_id": ref.run_id, "source": ref.source, "same_job": ref.same_job,
              "measured_tokens_per_s_per_gpu": ref.measured_tokens_per_s_per_gpu,
              "layout": describe(point_of(ref.spec)), "verdict": None, "reason": None,
-             "projected": None, "gain": None}
+             "projected": None, "gain": None, "recompute_inferred": ref.recompute_inferred,
+             "point": list(trial.point) if trial is not None else None}
     metrics = trial.metrics if trial is not None and trial.verdict == "ok" else None
     if trial is not None:
         entry["verdict"], entry["reason"] = trial.verdict, trial.reason

@@ -3,7 +3,7 @@
 - ``exhaustive``: every legal point, in enumeration order (no budget: it is the
   reference the guided search is measured against).
 - ``guided``: coordinate descent with restarts, seeded by the planner. A move sweeps
-  one axis, or a pair of axes that legality or memory couple (tp with pp: their product
+  one axis, or a pair (or the TP x PP x CP triple) of axes that legality or memory couple (tp with pp: their product
   sets the data-parallel size the global batch must divide; recompute with the micro
   batch: memory), with the rest held; the best fitting point of the sweep becomes the
   incumbent when it improves. A descent ends when a whole round of sweeps finds nothing
@@ -24,7 +24,10 @@ PAIRS = (("tp", "pp"), ("pp", "vpp"), ("recompute", "micro_batch_size"), ("tp", 
          ("pp", "micro_batch_size"), ("recompute", "tp"), ("recompute", "pp"),
          ("sharding", "recompute"), ("vpp", "micro_batch_size"), ("cp", "micro_batch_size"),
          ("num_nodes", "tp"), ("num_nodes", "pp"), ("hardware", "tp"),
-         ("hardware", "pp"), ("precision", "recompute"))
+         ("hardware", "pp"), ("precision", "recompute"),
+         # The model-parallel split as a whole: TP x PP x CP trade against each other
+         # at a fixed DP (a pair move cannot go from TP2 PP2 CP1 to TP1 PP4 CP2).
+         ("tp", "pp", "cp"))
 # A move must beat the incumbent by this fraction (float noise is no improvement).
 MIN_GAIN = 1e-9
 _LAYOUT = ("num_nodes", "hardware", "tp", "pp", "cp", "ep")

@@ -76,7 +76,7 @@ class TuneSettings:
     memory_margin: float = 0.05
     max_candidates: int = 1500
     max_seconds: float | None = 60.0
-    restarts: int = 3
+    restarts: int = 5
     top_k: int = 10
     out_dir: str | None = None  # None -> no recipe written (Python API) or a default
     resume: bool = False
@@ -90,6 +90,10 @@ class TuneSettings:
     gpu_hour_cost: Mapping[str, float] = field(default_factory=dict)
     space: SpaceSettings = field(default_factory=SpaceSettings)
     llm: LLMSettings = field(default_factory=LLMSettings)
+    # Parallel settings the job left unstated (null): each candidate gets the recipe
+    # rule's value at its own layout (presets/recipe_defaults.py UNSTATED_PARALLEL).
+    # None: a setting whose value is the rule's at the job's own layout follows the rule.
+    unstated: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:

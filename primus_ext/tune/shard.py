@@ -22,7 +22,7 @@ from pathlib import Path
 
 from primus_ext.spec import RunSpec
 from primus_ext.tune.settings import TuneSettings
-from primus_ext.tune.space import AXES, Point, SearchSpace
+from primus_ext.tune.space import AXES, Point, SearchSpace, space_of
 
 SHARD_KIND = "shard"
 
@@ -79,7 +79,7 @@ def evaluate_shard(spec: RunSpec, settings: TuneSettings, index: int, count: int
     from primus_ext.tune.evaluate import Evaluator
     from primus_ext.util.files import atomic_write_text
 
-    space = SearchSpace(spec, settings.space)
+    space = space_of(spec, settings)
     how = shard_plan(space, settings)
     if how is None:
         raise ValueError("sharded evaluation needs an exhaustive search or a guided one "
@@ -124,13 +124,11 @@ def _seeds(ev, spec: RunSpec, fixed: tuple) -> list:
     """What ``tune.run.tune`` scores before its search, in its order: the planner's seeds
     around the user's layout, then the reference layout of the same job."""
     from primus_ext.tune.planner import plan
-    from primus_ext.tune.reference import find_reference
+    from primus_ext.tune.run import score_references
     from primus_ext.tune.space import point_of
 
     _, _, seeds = plan(ev, point_of(spec), fixed=fixed)
-    ref = find_reference(spec, ev.settings.reference)
-    if ref is not None and ref.same_job:
-        ev.evaluate(point_of(ref.spec), "reference", enforce_budget=False)
+    score_references(ev, spec)
     return seeds
 
 

@@ -8,8 +8,15 @@ e.g. sequence parallelism at tp=1), so every legal point is one distinct RunSpec
 
 Legality is ``RunSpec`` construction, i.e. ``check_run`` plus the spec dataclasses'
 own rules: one rule set for the CLI, the published-run reader and the tuner. On top of
-it the tuner skips two kinds of point it will not recommend (counted apart): uneven
-pipeline splits where even ones exist, and zero-bubble with virtual stages.
+it the tuner skips zero-bubble with virtual stages (counted apart), and uneven pipeline
+splits when ``tune.space.uneven_layouts=false``. Where the layers do not divide over a
+point's pipeline, the point states the split Megatron-LM accepts (tune/splits.py:
+``--decoder-first/last-pipeline-num-layers`` or the account-for-embedding/loss flags).
+
+Settings the job left unstated (``TuneSettings.unstated``) follow the recipe rules
+(presets/recipe_defaults.py) at each candidate's own layout, as a composed config and the
+published-run reader fill them: TP communication overlap is on at every TP > 1 with
+sequence parallelism and TE layers, whatever the starting layout.
 """
 from __future__ import annotations
 
@@ -19,8 +26,8 @@ import re
 from collections import Counter
 from typing import Iterable, Mapping
 
-from primus_ext.presets import hardware_preset
-from primus_ext.spec import ClusterSpec, RunSpec
+from primus_ext.presets import hardware_preset, recipe_defaults
+from primus_ext.spec import ClusterSpec, RunSpec, uses_te
 # Point helpers are re-exported: callers import them from the space.
 from primus_ext.tune.points import (_EP, _ETP, _OPG, _PP, _SCHED, _SHARD, _SP,  # noqa: F401
                                     _TP, _TPO, _VPP, AXES, IDX, SHARDINGS, TITAN_CHECKPOINTS,
@@ -28,6 +35,7 @@ from primus_ext.tune.points import (_EP, _ETP, _OPG, _PP, _SCHED, _SHARD, _SP,  
                                     describe, parse_recompute, point_of, recompute_label,
                                     sharding_of)
 from primus_ext.tune.settings import SpaceSettings
+from primus_ext.tune.splits import NO_SPLIT, megatron_split, pp_sizes
 
 _UNEVEN_FIELDS = ("pipeline_layout", "decoder_first_pipeline_num_layers",
                   "decoder_last_pipeline_num_layers")
@@ -57,9 +65,14 @@ def _uniq(values: Iterable) -> tuple:
 class SearchSpace:
     """The axes around ``base`` and their legal points (enumerated lazily, once)."""
 
-    def __init__(self, base: RunSpec, settings: SpaceSettings | None = None):
+    def __init__(self, base: RunSpec, settings: SpaceSettings | None = None,
+                 unstated: Iterable[str] = ()):
         self.base = base
         self.settings = settings or SpaceSettings()
+        # TP comm overlap follows the recipe rule per candidate (unless the axis is given).
+        self.recipe_tpo = ("tp_comm_overlap" in tuple(unstated) and not self.titan
+                           and self.settings.get("tp_comm_overlap") is None)
+        self._te = uses_te(base)
         self._base_cluster = {(base.cluster.num_nodes, base.cluster.hardware.name):
                               base.cluster}
         self.uneven = self._uneven_allowed()
@@ -85,8 +98,7 @@ class SearchSpace:
         u = self.settings.uneven_layouts
         if u != "auto":
             return bool(u)
-        even_splits = [d for d in _divisors(self.base.model.num_layers) if 2 <= d <= 16]
-        return len(even_splits) < 2 or self.base.layout.how not in ("even",)
+        return True  # the split Megatron-LM accepts (tune/splits.py)
 
     def _axes(self) -> dict[str, tuple]:
         base, user = self.base, self.settings
@@ -101,7 +113,8 @@ class SearchSpace:
         pp = [d for d in _divisors(layers) if d <= world]
         vpp = [1] + [d for d in _divisors(layers) if 2 <= d <= 8]
         if self.uneven:
-            pp = sorted(set(pp) | set(_pow2_upto(min(world, layers, 32))))
+            pp = pp_sizes(layers, world) if not self.titan else sorted(
+                set(pp) | set(_pow2_upto(min(world, layers, 32))))
             vpp = sorted(set(vpp) | {2, 3, 4})
         seq = bt.seq_length
         cp = [c for c in _pow2_upto(node) if seq // c >= 2048] or [1]
@@ -133,7 +146,8 @@ class SearchSpace:
             "micro_batch_size": [m for m in (1, 2, 4, 8) if m <= bt.global_batch_size],
             "recompute": recompute, "sharding": sharding,
             "sequence_parallel": [True], "overlap_grad_reduce": [True],
-            "overlap_param_gather": [True], "tp_comm_overlap": [bp.tp_comm_overlap],
+            "overlap_param_gather": [True],
+            "tp_comm_overlap": [True] if self.recipe_tpo else [bp.tp_comm_overlap],
             "schedule": ["auto"], "precision": [bt.precision],
         }
         # The baseline's own values belong to the default axes (it is a candidate too).
@@ -194,7 +208,9 @@ class SearchSpace:
         d = list(point)
         if d[_TP] == 1:
             d[_SP] = False
-        if not d[_SP]:
+        if self.recipe_tpo:
+            d[_TPO] = recipe_defaults.tp_comm_overlap(d[_TP], bool(d[_SP]), self._te)
+        elif not d[_SP]:
             d[_TPO] = False  # TE's userbuffer overlap needs SP
         if not self.base.model.is_moe:
             d[_EP], d[_ETP] = 1, None
@@ -205,8 +221,8 @@ class SearchSpace:
             d[_SCHED] = "auto"
         elif d[_SCHED] in ("1f1b", "interleaved"):
             d[_SCHED] = "auto"
-        if d[_SHARD] == "none":
-            d[_OPG] = False  # needs the distributed optimizer
+        if d[_SHARD] in ("none", "torch_fsdp2"):
+            d[_OPG] = False  # Megatron-LM: distributed optimizer or Megatron-FSDP only
         if self.titan and d[_SHARD] == "hsdp" and d[IDX["num_nodes"]] == 1:
             d[_SHARD] = "fsdp"  # one replica: HSDP is FSDP
         return tuple(d)
@@ -239,9 +255,12 @@ class SearchSpace:
             return None
         if point[_SCHED] == "zb" and vpp > 1:
             return "zero-bubble schedule with vpp > 1"
-        if not self.uneven and self.base.model.num_layers % (pp * vpp) and (
+        if self.base.model.num_layers % (pp * vpp) and (
                 (pp, vpp) != (self.base.parallel.pp, self.base.parallel.vpp)):
-            return "uneven pipeline split (tune.space.uneven_layouts=false)"
+            if not self.uneven:
+                return "uneven pipeline split (tune.space.uneven_layouts=false)"
+            if megatron_split(self.base.model.num_layers, pp, vpp) is None:
+                return "uneven pipeline split that Megatron-LM does not accept"
         return None
 
     def _build(self, point: Point) -> RunSpec:
@@ -257,13 +276,19 @@ class SearchSpace:
             raise ValueError(f"sharding={sharding!r} must be one of {', '.join(SHARDINGS)}")
         kwargs = dict(tp=d["tp"], pp=d["pp"], vpp=d["vpp"], cp=d["cp"], ep=d["ep"],
                       etp=d["etp"], sequence_parallel=d["sequence_parallel"],
-                      fsdp=sharding == "fsdp",
+                      fsdp=sharding in ("fsdp", "torch_fsdp2"),
+                      fsdp_impl=("torch_fsdp2" if sharding == "torch_fsdp2"
+                                 else "megatron_fsdp"),
                       use_distributed_optimizer=sharding == "distributed_optimizer",
                       overlap_grad_reduce=d["overlap_grad_reduce"],
                       overlap_param_gather=d["overlap_param_gather"],
                       tp_comm_overlap=d["tp_comm_overlap"], schedule=d["schedule"])
         if (d["pp"], d["vpp"]) != (bp.pp, bp.vpp):
             kwargs.update({f: None for f in _UNEVEN_FIELDS})
+            # The split Megatron-LM accepts for this pipeline (the plain one when the
+            # layers divide).
+            kwargs.update(megatron_split(base.model.num_layers, d["pp"], d["vpp"])
+                          or NO_SPLIT)
         # Many points share their parallel or training part: build each part once.
         par = _memo(self._parts, ("parallel",) + tuple(kwargs.items()),
                     lambda: dataclasses.replace(bp, **kwargs))
@@ -333,13 +358,15 @@ class SearchSpace:
         v = d[axis]
         dense = not self.base.model.is_moe
         return ((axis == "sequence_parallel" and not v and d["tp"] == 1)
-                or (axis == "tp_comm_overlap" and not v and not d["sequence_parallel"])
+                or (axis == "tp_comm_overlap" and (self.recipe_tpo or (
+                    not v and not d["sequence_parallel"])))
                 or (axis == "etp" and v is None and (dense or d["tp"] in self.axes["etp"]))
                 or (axis == "ep" and v == 1 and dense)
                 or (axis == "vpp" and v == 1 and d["pp"] == 1)
                 or (axis == "schedule" and v == "auto"
                     and (d["pp"] == 1 or bool({"1f1b", "interleaved"} & set(self.axes[axis]))))
-                or (axis == "overlap_param_gather" and not v and d["sharding"] == "none"))
+                or (axis == "overlap_param_gather" and not v
+                    and d["sharding"] in ("none", "torch_fsdp2")))
 
     def summary(self) -> dict:
         self.legal_points()
@@ -348,6 +375,22 @@ class SearchSpace:
                 "num_legal": len(self._legal),
                 "illegal_by_reason": dict(self.illegal_reasons.most_common()),
                 "skipped_by_reason": dict(self.skipped_reasons.most_common())}
+
+
+def unstated_settings(spec: RunSpec, settings) -> tuple[str, ...]:
+    """The recipe settings each candidate takes at its own layout: those the composed
+    config left null (``TuneSettings.unstated``), or, for a RunSpec given directly, those
+    whose value is the recipe rule's at the spec's own layout."""
+    if settings.unstated is not None:
+        return tuple(settings.unstated)
+    p = spec.parallel
+    rule = recipe_defaults.tp_comm_overlap(p.tp, p.sequence_parallel, uses_te(spec))
+    return ("tp_comm_overlap",) if p.tp_comm_overlap == rule else ()
+
+
+def space_of(spec: RunSpec, settings) -> SearchSpace:
+    """The search space of a tuning run (TuneSettings ``settings``)."""
+    return SearchSpace(spec, settings.space, unstated=unstated_settings(spec, settings))
 
 
 def _memo(cache: dict, key, build):

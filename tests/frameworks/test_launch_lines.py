@@ -15,8 +15,8 @@ from primus_ext.spec.model import padded_vocab
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "launch_scripts"
 BASE = ["--num-layers", "4", "--hidden-size", "512", "--num-attention-heads", "8",
-        "--seq-length", "1024", "--bf16", "--target-hardware", "h100",
-        "--target-nodes", "1", "--target-gpus-per-node", "8"]
+        "--seq-length", "1024", "--max-position-embeddings", "1024", "--bf16",
+        "--target-hardware", "h100", "--target-nodes", "1", "--target-gpus-per-node", "8"]
 MOE = BASE + ["--num-experts", "8", "--moe-router-topk", "2"]
 
 
@@ -43,7 +43,7 @@ def test_step_batch_size_schedule_projects_the_steady_batch():
     # The issue's line: no --global-batch-size, the schedule ends at 1152.
     la = _parse("--step-batch-size-schedule", "0:384 200B:768 400B:1152")
     assert la.spec.train.global_batch_size == 1152
-    assert any("steady global batch 1152 (the last of its 3 steps)" in x for x in la.notes)
+    assert any("steady global batch 1152 (the last of its 3 steps;" in x for x in la.notes)
     assert "--step-batch-size-schedule" not in la.no_effect + la.not_modelled
     # Split over tokens as bash passes an unquoted schedule; commas as separators.
     assert _parse("--step-batch-size-schedule", "0:16", "2.4B:320", "12B:64") \
@@ -131,6 +131,10 @@ def test_flags_that_change_kernels_are_not_modelled_with_their_reason():
     assert "--empty-unused-memory-level" in la.no_effect  # level 0: Megatron's default
     assert "--lr" in la.no_effect
     assert warning_lines(la)[0].startswith("primus-ext: not modelled")
+    # Timers synchronise the device from level 1 (megatron-core timers.py).
+    assert any(x.startswith("--timing-log-level (timers")
+               for x in _parse("--timing-log-level", "2").not_modelled)
+    assert "--timing-log-level" in _parse("--timing-log-level", "0").no_effect
 
 
 def test_the_captured_gpt3_schedule_matches_its_global_batch():
@@ -139,3 +143,165 @@ def test_the_captured_gpt3_schedule_matches_its_global_batch():
     assert la.spec.train.global_batch_size == 1536  # 12B:1536, and --global-batch-size
     assert any("Megatron-LM main refuses it beside --global-batch-size" in x
                for x in la.notes)
+
+
+def _llama(opt: str, *extra: str):
+    doc = json.loads((DATA / "rocm_llama2_70b.json").read_text())
+    flags = [x for x in doc["flags"] if x not in (
+        "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather")]
+    flags[flags.index("--optimizer") + 1] = opt
+    return parse_launch_args(flags + ["--target-nodes", "4", "--target-hardware", "h100",
+                                      *extra])
+
+
+def test_muon_keeps_a_momentum_for_matrices_and_adam_for_the_rest():
+    from primus_ext.memory import memory_report
+    from primus_ext.memory.muon import muon_shard
+    adam, muon, dist = (memory_report(_llama(o).spec).stages[0]
+                        for o in ("adam", "muon", "dist_muon"))
+    spec = _llama("muon").spec
+    sh = muon_shard(spec.model, spec.parallel, 0)
+    # Llama 2 70B at TP 8: the embedding and output (vocabulary padded to 32,768) and
+    # the 161 RMSNorm weights keep Adam's 12 B.
+    assert sh.adam_dense == 2 * 32768 * 8192 // 8 + (2 * 80 + 1) * 8192
+    assert muon.optimizer_bytes == 8 * sh.muon_dense + 12 * sh.adam_dense
+    assert adam.optimizer_bytes == 12 * (sh.muon_dense + sh.adam_dense)
+    # DP 4, whole parameters in ping-pong order: a quarter, plus at most the largest
+    # tensor's state (fc1: 2 x 28672 / 8 x 8192 elements at 8 B).
+    quarter = muon.optimizer_bytes / 4
+    assert quarter <= dist.optimizer_bytes <= quarter + 8 * 2 * 28672 // 8 * 8192
+
+
+def test_muon_adds_newton_schulz_gemms_to_the_step():
+    from primus_ext.project.estimate import project
+    from primus_ext.project.optimizer import optimizer_step_s
+    spec = _llama("muon").spec
+    hw = spec.cluster.hardware
+    from primus_ext.memory.muon import muon_shard
+    sh = muon_shard(spec.model, spec.parallel, 0)
+    # fc1 of one layer (2 x 28672 / 8 rows x 8192): 5 x (4 m^2 n + 2 m^3), m = 7168.
+    fc1 = 5 * (4 * 7168 ** 2 * 8192 + 2 * 7168 ** 3)
+    assert sh.ns_flops > 80 * fc1
+    gemm_s = sh.ns_flops / (hw.peak_tflops("fp32") * 1e12 * hw.gemm_efficiency)
+    assert optimizer_step_s(spec, (0, 0)) > gemm_s
+    dist = _llama("dist_muon").spec
+    assert optimizer_step_s(dist, (0, 0)) < optimizer_step_s(spec, (0, 0)) / 3
+    assert project(spec).step_time_s > project(_llama("adam").spec).step_time_s
+
+
+def test_muon_with_the_distributed_optimizer_is_mains_dist_muon():
+    la = _llama("muon", "--use-distributed-optimizer")
+    assert la.spec.train.optimizer == "dist_muon"
+    assert not la.spec.parallel.use_distributed_optimizer
+    assert any("layer-wise parameter layout" in x for x in la.not_modelled)
+    la = _llama("muon", "--use-distributed-optimizer", "--no-use-layer-wise-param-layout")
+    assert la.not_modelled == ()
+
+
+def test_dist_muon_shards_whole_parameters_as_megatron_lm_main_measured():
+    """Megatron-LM main's functional tests on DGX H100 (tests/data/megatron_golden):
+    gpt3_moe_mcore_te_ep8_resume_torch_dist_muon and ..._dist_muon (muon with the
+    distributed optimizer, --no-use-layer-wise-param-layout) keep 1,096,738,304 and
+    994,083,328 bytes after a step: 102.7 MB less. The embedding (25.8M parameters, one
+    tensor) stays whole on one rank, so the largest rank saves only the Muon weights'
+    share."""
+    from primus_ext.memory import memory_report
+    case = {c["case"]: c for c in json.loads(
+        (DATA.parent / "megatron_golden" / "h100.json").read_text())["cases"]}
+    base = "gpt3_moe_mcore_te_ep8_resume_torch_dist_"
+    target = ["--target-hardware", "h100", "--target-nodes", "1",
+              "--target-gpus-per-node", "8"]
+
+    def states(name):
+        st = memory_report(parse_launch_args(case[name]["argv"] + target).spec).stages[0]
+        return st.param_bytes + st.grad_bytes + st.optimizer_bytes
+    saved = states(base + "muon") - states(base + "dist_muon")
+    measured = case[base + "muon"]["mem_allocated_bytes"] - \
+        case[base + "dist_muon"]["mem_allocated_bytes"]
+    assert measured == 102654976
+    assert abs(saved / measured - 1) < 0.05, (saved, measured)
+
+
+@pytest.mark.parametrize("flag", ["--overlap-grad-reduce", "--use-torch-fsdp2"])
+def test_muon_is_refused_where_megatron_lm_refuses_it(flag):
+    with pytest.raises(ValueError, match="Megatron-LM core_v0.16.1 refuses it"):
+        _llama("muon", flag)
+    la = _llama("muon", "--muon-num-ns-steps", "6", "--muon-momentum", "0.95")
+    assert any(x.startswith("--muon-num-ns-steps (") for x in la.not_modelled)
+    assert "--muon-momentum" in la.no_effect
+
+
+def _script(name: str, *extra: str, set_: dict | None = None):
+    doc = json.loads((DATA / f"{name}.json").read_text())
+    flags = list(doc["flags"])
+    for flag, value in (set_ or {}).items():
+        flags[flags.index(flag) + 1] = value
+    t = doc["target"]
+    return parse_launch_args(flags + ["--target-nodes", str(t["nodes"]),
+                                      "--target-gpus-per-node", str(t["gpus_per_node"]),
+                                      "--target-hardware", t["hardware"], *extra])
+
+
+def test_pai_tokenizers_give_the_models_embedding():
+    # Pai-Megatron-Patch: base vocabulary + --extra-vocab-size is the padded size, as the
+    # models' config.json vocab_size (Qwen2.5-0.5B 151936, 7B/72B 152064, DeepSeek-V2-Lite
+    # 102400, Llama 3.1 128256).
+    for name, size in (("pai_qwen2_5_0_5b", 151936), ("pai_qwen2_5_72b", 152064),
+                       ("pai_deepseek_v2_lite", 102400), ("pai_llama3_1_8b", 128256)):
+        la = _script(name)
+        assert la.spec.model.vocab_size == size, name
+        assert any("--patch-tokenizer-type" in n and "padded size" in n for n in la.notes)
+
+
+def test_pai_deepseek_v2_lite_readme_layout_is_refused_as_megatron_refuses_it():
+    # The README's example runs DeepSeek-V2-Lite (27 layers) at PP 4.
+    with pytest.raises(ValueError, match="--num-layers 27 .* not divisible by "
+                                         "--pipeline-model-parallel-size 4"):
+        _script("pai_deepseek_v2_lite", set_={"--pipeline-model-parallel-size": "4",
+                                              "--expert-model-parallel-size": "2"})
+
+
+def test_a_gh200_cluster_line_targets_four_gpus_a_node():
+    la = _script("swissai_llama3_70b_gh200")
+    c = la.spec.cluster
+    assert (c.num_nodes, c.gpus_per_node, c.hardware.name) == (32, 4, "gh200")
+    p = la.spec.parallel
+    assert (p.tp, p.pp, p.vpp, p.sequence_parallel) == (4, 8, 2, True)
+    assert la.spec.train.defer_embedding_wgrad_compute
+    # Its tokenizer's size is not citable here: assumed, and said.
+    assert any("ASSUMED 32000" in n and "alehc/swissai-tokenizer" in n for n in la.notes)
+
+
+VERDICTS = json.loads((Path(__file__).resolve().parents[1] / "data" / "megatron_flags"
+                       / "validate_core_v0.16.1_lines.json").read_text())
+
+
+@pytest.mark.parametrize("case", VERDICTS["cases"], ids=lambda c: " ".join(c["flags"]))
+def test_lines_megatron_lm_refuses_are_refused_or_named(case):
+    """Megatron-LM core_v0.16.1's own verdicts (tests/data/megatron_flags): a line it
+    accepts parses; one it refuses is refused here, or (a flag of Megatron-LM main) the
+    note names core_v0.16.1's refusal."""
+    argv = VERDICTS["base"] + case["flags"] + ["--target-hardware", "h100",
+                                               "--target-nodes", "1",
+                                               "--target-gpus-per-node", "8"]
+    if case["ok"]:
+        assert parse_launch_args(argv).spec
+        return
+    msg = case["message"]
+    # What Megatron-LM main accepts (its step schedule, its deprecated ramp-up, muon with
+    # the distributed optimizer) parses with a note naming core_v0.16.1's refusal.
+    main_accepts = ("unrecognized arguments" in msg or "rampup" in msg
+                    or "distributed optimizer" in msg)
+    try:
+        la = parse_launch_args(argv)
+    except ValueError as exc:
+        assert ("Megatron-LM core_v0.16.1 refuses it" in str(exc) or "divisible" in str(exc)
+                or "Cannot specify both" in str(exc)), exc  # main: schedule beside GBS
+        return
+    assert main_accepts and any("core_v0.16.1" in n for n in la.notes), msg
+
+
+def test_captured_gh200_and_snellius_lines_are_ones_megatron_lm_accepts():
+    for name, verdict in VERDICTS["scripts"].items():
+        assert verdict["ok"] and (DATA / f"{name}.json").exists()
+        assert _script(name).spec

@@ -25,7 +25,7 @@ SCRIPTS = {p.stem: json.loads(p.read_text()) for p in sorted(DATA.glob("*.json")
 def _target(doc: dict) -> list[str]:
     t = doc["target"]
     return ["--target-nodes", str(t["nodes"]), "--target-gpus-per-node",
-            str(t["gpus_per_node"]), "--target-hardware", "h100"]
+            str(t["gpus_per_node"]), "--target-hardware", t.get("hardware", "h100")]
 
 
 def _value(flags: list[str], flag: str, default=None):
@@ -33,12 +33,14 @@ def _value(flags: list[str], flag: str, default=None):
 
 
 def test_the_corpus_is_real_and_large_enough():
-    assert len(SCRIPTS) >= 12
+    assert len(SCRIPTS) >= 24
     repos = {d["source"]["repo"] for d in SCRIPTS.values()}
-    assert {"NVIDIA/Megatron-LM", "yanring/Megatron-MoE-ModelZoo"} <= repos
+    assert {"NVIDIA/Megatron-LM", "yanring/Megatron-MoE-ModelZoo", "ROCm/Megatron-LM",
+            "alibaba/Pai-Megatron-Patch", "swiss-ai/Megatron-LM",
+            "SURF-ML/Megatron-LM-Snellius"} <= repos
     for doc in SCRIPTS.values():
         src = doc["source"]
-        assert len(src["commit"]) == 40 and src["path"].endswith(".sh")
+        assert len(src["commit"]) == 40 and src["path"].endswith((".sh", ".job"))
         assert "--num-layers" in doc["flags"] and doc["target"]["nodes"] >= 1
 
 
@@ -72,9 +74,12 @@ def test_every_script_projects_analytically_and_keeps_what_it_says(name, tmp_pat
     if _value(flags, "--tokenizer-type") == "NullTokenizer":
         assert model["vocab_size"] == int(_value(flags, "--vocab-size")) + 1
     given = _value(flags, "--padded-vocab-size")
-    if given is not None:  # taken as given: nothing more is padded
+    if given is not None or "--patch-tokenizer-type" in flags:
+        # --padded-vocab-size, or Pai-Megatron-Patch's tokenizer size, is the embedding
+        # as given: nothing more is padded.
         assert padded_vocab(model["vocab_size"], model["make_vocab_size_divisible_by"],
-                            par["tp"]) == model["vocab_size"] == int(given)
+                            par["tp"]) == model["vocab_size"]
+        assert given is None or model["vocab_size"] == int(given)
     else:
         assert model["make_vocab_size_divisible_by"] == int(
             _value(flags, "--make-vocab-size-divisible-by", 128))

@@ -38,6 +38,10 @@ CARDS = {
     "qwen3-32b": ("32.8", None, "", "HF Qwen/Qwen3-32B model card (32.8B)"),
     "qwen3-30b-a3b": ("30.5", "3.3", "with_emb",
                       "HF Qwen/Qwen3-30B-A3B model card (30.5B total, 3.3B activated)"),
+    "mixtral-8x7b": ("46.7", "12.9", "with_emb", "mistral.ai/news/mixtral-of-experts "
+                     "(46.7B total, 12.9B per token)"),
+    "qwen2-57b-a14b": ("57", "14", "with_emb", "HF Qwen/Qwen2-57B-A14B model card and "
+                       "arXiv:2407.10671 Table 1 (57B total, 14B activated)"),
     "deepseek-v3": ("671", "37", "no_input_emb",
                     "arXiv:2412.19437 Sec. 1 (671B total, 37B activated)"),
     "gpt-oss-20b": ("20.91", "3.61", "no_input_emb",
@@ -45,6 +49,8 @@ CARDS = {
 }
 # The same model as a hand-written preset: the reader must build the identical spec.
 PRESET_OF = {"llama-3.1-8b": "llama3.1_8b", "qwen2.5-7b": "qwen2.5_7b",
+             "mixtral-8x7b": "mixtral_8x7b",
+             "qwen3-14b": "qwen3_14b", "qwen3-32b": "qwen3_32b",
              "qwen3-30b-a3b": "qwen3_30b_a3b", "deepseek-v3": "deepseek_v3",
              "gpt-oss-20b": "gpt_oss_20b"}
 
@@ -101,6 +107,9 @@ def test_features_seen_in_the_kept_files():
     assert ds.moe_first_k_dense == 3 and ds.num_moe_layers == 58
     assert ds.moe_shared_expert_intermediate_size == 2048
     assert (ds.moe_router_num_groups, ds.moe_router_group_topk) == (8, 4)
+    qmoe = _spec("qwen2-57b-a14b")
+    assert qmoe.moe_shared_expert_intermediate_size == 20480 and qmoe.add_qkv_bias
+    assert qmoe.num_moe_layers == 28 and qmoe.window_size is None  # use_sliding_window off
     oss = _spec("gpt-oss-20b")
     assert oss.window_size == 128 and oss.uses_window(0) and not oss.uses_window(1)
     assert oss.add_bias_linear and oss.num_moe_experts == 32 and oss.moe_router_topk == 4
@@ -158,6 +167,8 @@ def test_qwen2_moe_shared_expert_and_multimodal_gemma3():
     f, notes = fields_from_hf(outer)
     assert f["qk_layernorm"] and f["window_full_attention_every"] == 2
     assert any("vision tower" in n for n in notes)
+    flat, _ = fields_from_hf({**outer["text_config"], "model_type": "gemma3"})
+    assert flat == f
 
 
 def test_errors_name_the_field_and_the_rule(tmp_path):

@@ -67,6 +67,14 @@ PUBLISHED = {
                              "HF 685B includes the 14B MTP module)", "37", "no_input_emb"),
     "qwen3_30b_a3b": Published("30.5", "HF Qwen/Qwen3-30B-A3B model card (30.5B total, "
                                "3.3B activated)", "3.3"),
+    "qwen3_0.6b": Published("0.6", "HF Qwen/Qwen3-0.6B model card (0.6B; 0.44B "
+                            "non-embedding)"),
+    "qwen3_1.7b": Published("1.7", "HF Qwen/Qwen3-1.7B model card (1.7B; 1.4B "
+                            "non-embedding)"),
+    "qwen3_14b": Published("14.8", "HF Qwen/Qwen3-14B model card (14.8B; 13.2B "
+                           "non-embedding)"),
+    "qwen3_32b": Published("32.8", "HF Qwen/Qwen3-32B model card (32.8B; 31.2B "
+                           "non-embedding)"),
     "qwen3_235b_a22b": Published("235", "HF Qwen/Qwen3-235B-A22B model card (235B total, "
                                  "22B activated)", "22"),
     "gpt_oss_120b": Published("116.83", "gpt-oss model card arXiv:2508.10925 Table 1 "
@@ -97,7 +105,10 @@ PUBLISHED = {
     "mpt_70b": Published("64.862437376", "llm-foundry benchmarking README NumParams "
                          "64862437376"),
 }
-UNPUBLISHED = {"tiny_dense", "tiny_moe", "llama3_debugmodel"}  # CPU test models
+UNPUBLISHED = {"tiny_dense", "tiny_moe", "llama3_debugmodel",  # CPU test models
+               # torchtitan's debug flavours (tests/torchtitan/test_titan_registry.py
+               # holds them equal to torchtitan's own model and parameter count)
+               "qwen3_debugmodel", "qwen3_moe_debugmodel", "deepseek_v3_debugmodel"}
 
 
 def _model(name: str) -> ModelSpec:

@@ -238,7 +238,8 @@ def test_short_csv_row_is_a_clear_error(tmp_path: Path, rows):
     ({"dp": "32"}, "'dp'"),
     ({"gpu": "TPUv5"}, "'gpu'"),
     ({"num_gpus": "12"}, "'num_gpus'"),
-    ({"model": "Falcon-180B"}, "'model'"),
+    # A model with no preset is built from its shape columns; one it lacks is named.
+    ({"model": "Falcon-180B", "ffn_hidden": ""}, "'ffn_hidden'"),
     ({"precision": "nvfp4"}, "'precision'"),
     ({"recompute": "some"}, "'recompute'"),
     ({"fsdp_or_zero": "zero9"}, "'fsdp_or_zero'"),

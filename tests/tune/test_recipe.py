@@ -70,9 +70,14 @@ def test_report_explains_the_winner(llama_recipe):
     result, out = llama_recipe
     text = (out / "report.md").read_text()
     for heading in ("## Winner against the baseline", "## Top 10", "## Search",
-                    "Why the winner is faster", "pp bubble"):
+                    "Where the projected difference comes from", "pp bubble",
+                    "## What the projector can resolve", "Rule: "):
         assert heading in text
     assert f"{result.best.metrics['tokens_per_s_per_gpu']:,.0f}" in text
+    # The winner against the baseline is either resolvable or a tie, said in those words.
+    assert re.search(r"Winner against the baseline: (faster|slower) by [0-9.]+% "
+                     r"\(resolvable\)|Winner against the baseline: tied within the "
+                     r"projector's error", text)
     assert result.space["num_legal"] > 0 and f"{result.space['num_legal']:,} legal" in text
 
 
@@ -182,6 +187,11 @@ def test_mixtral_report_shows_the_published_reference(tmp_path):
     assert "## Published reference layout (P097)" in text
     assert "3,534" in text and "Projected gain of the winner over the reference" in text
     assert f"{ref['projected']['tokens_per_s_per_gpu']:,.0f}" in text
+    # Among layouts tied with the fastest, the one closest to P097's is recommended.
+    assert ("closest to the published recipe P097" in text
+            or "no other layout is tied with it" in text)
+    assert re.search(r"\(same projector for both\): ((faster|slower) by [0-9.]+% "
+                     r"\(resolvable\)|tied within the projector's error)", text)
 
 
 def test_cluster_planning_report_shows_the_pareto_front(tmp_path):

@@ -51,7 +51,7 @@ def test_exhaustive_best_is_the_max_over_all_trials():
     assert r.best.score == max(t.score for t in ok)
     for t in r.trials:
         if t.verdict == "oom":
-            assert t.metrics["peak_memory_bytes"] * 1.05 > t.metrics["device_bytes"]
+            assert t.metrics["peak_memory_bytes"] > t.metrics["device_bytes"]
 
 
 def test_auto_picks_by_legal_size():
@@ -87,10 +87,17 @@ def test_unfitting_baseline_gets_a_fitting_start():
     assert r.start.verdict == "ok"
 
 
-def test_memory_margin_rejects_more():
+def test_memory_margin_is_a_risk_not_a_filter():
+    """The margin marks fitting peaks near the device as tight; it rejects nothing."""
     loose, _ = _tune(_spec(), strategy="exhaustive", memory_margin=0.0)
-    tight, _ = _tune(_spec(), strategy="exhaustive", memory_margin=0.3)
-    assert tight.stats["rejected_by_reason"]["oom"] > loose.stats["rejected_by_reason"]["oom"]
+    wide, _ = _tune(_spec(), strategy="exhaustive", memory_margin=0.3)
+    assert wide.stats["rejected_by_reason"] == loose.stats["rejected_by_reason"]
+    assert wide.best.point == loose.best.point
+    ok = [t for t in wide.trials if t.verdict == "ok"]
+    tight = [t for t in ok if t.metrics["memory_tight"]]
+    assert tight and all(t.metrics["peak_memory_bytes"] * 1.3 > t.metrics["device_bytes"]
+                         for t in tight)
+    assert not any(t.metrics["memory_tight"] for t in loose.trials if t.verdict == "ok")
 
 
 def test_cost_objective_and_pareto():
@@ -120,8 +127,10 @@ def test_cluster_planning_searches_every_cluster():
     space = {"num_nodes": [4, 8], "hardware": ["h100", "h200"]}
     ex, _ = _tune(_spec(), strategy="exhaustive", space=space)
     gd, _ = _tune(_spec(), strategy="guided", space=space,
-                  budget={"candidates": 600, "seconds": None})
-    assert gd.strategy == "guided" and gd.stats["evaluated"] <= 4 * 600  # per cluster
+                  budget={"candidates": 800, "seconds": None})
+    # 800 per cluster: the uneven pipeline splits Megatron-LM accepts add a third to the
+    # legal space (3450 -> 4458 points per cluster).
+    assert gd.strategy == "guided" and gd.stats["evaluated"] <= 4 * 800  # per cluster
 
     def bests(r):
         out = {}
@@ -146,3 +155,23 @@ def test_public_entry_point_is_callable():
                         {**SETTINGS, "strategy": "guided", "budget": {"candidates": 20}},
                         memory_fn=fake_memory, project_fn=fake_project, write=False)
     assert r.best is not None and r.stats["evaluated"] <= 20
+
+
+def test_published_layout_over_the_device_stays_a_candidate():
+    """A published layout ran: the memory model putting it over the device marks it,
+    and does not reject it, even when the planner met the point first."""
+    from tune_fakes import FakeMemory
+
+    spec = _spec(tp=4, pp=4, sequence_parallel=True)
+    space = SearchSpace(spec)
+
+    def over(s):
+        return FakeMemory(peak_bytes=s.cluster.hardware.hbm_bytes + 1,
+                          device_bytes=s.cluster.hardware.hbm_bytes)
+    ev = Evaluator(space, TuneSettings(progress=False), memory_fn=over,
+                   project_fn=fake_project)
+    assert ev.evaluate(point_of(spec), "planner").verdict == "oom"
+    t = ev.evaluate(point_of(spec), "reference")
+    assert t.verdict == "ok" and t.metrics["memory_over_device"] and \
+        t.metrics["memory_tight"]
+    assert ev.best is t

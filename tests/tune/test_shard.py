@@ -11,7 +11,7 @@ from primus_ext.tune.run import tune
 from primus_ext.tune.settings import TuneSettings
 from primus_ext.tune.shard import (evaluate_shard, planned_points, read_shards,
                                    shard_file, shard_plan, shard_points)
-from primus_ext.tune.space import SearchSpace
+from primus_ext.tune.space import space_of
 from test_space import _spec
 
 # Llama 3.1 8B on one H100 node: a space small enough to score exhaustively in a test,
@@ -34,7 +34,7 @@ def _records(path):
 
 
 def test_shards_partition_the_planned_points():
-    space = SearchSpace(_job(), _settings().space)
+    space = space_of(_job(), _settings())
     points = planned_points(space, _settings())
     assert points == space.legal_points() and len(points) > 5
     shards = [shard_points(points, i, 3) for i in range(3)]
@@ -47,11 +47,11 @@ def test_shards_partition_the_planned_points():
 
 
 def test_guided_search_has_no_planned_points():
-    space = SearchSpace(_job(), _settings().space)
+    space = space_of(_job(), _settings())
     assert planned_points(space, _settings(strategy="guided")) is None
     assert shard_plan(space, _settings(strategy="guided")) is None  # one cluster
     two = _settings(strategy="guided", space={**SPACE, "num_nodes": [1, 2]})
-    assert shard_plan(SearchSpace(_job(), two.space), two) == "clusters"
+    assert shard_plan(space_of(_job(), two), two) == "clusters"
 
 
 def test_guided_search_over_clusters_sharded_equals_one_process(tmp_path):
@@ -80,7 +80,7 @@ def test_sharded_run_equals_one_process(tmp_path):
         evaluate_shard(_job(), _settings(), i, 3, shard_dir)
     scores = read_shards(shard_dir, 3)
     # every legal point, and the planner's (its memory relief may leave the axes)
-    assert set(scores) >= set(SearchSpace(_job(), _settings().space).legal_points())
+    assert set(scores) >= set(space_of(_job(), _settings()).legal_points())
 
     def never(spec):  # every point the search scores was scored by a shard
         raise AssertionError(f"scored again in the driver: {spec.layout.describe()}")
@@ -106,7 +106,7 @@ def test_missing_or_foreign_shards_are_named(tmp_path):
         read_shards(tmp_path, 2)
     evaluate_shard(_job(), _settings(), 1, 2, tmp_path)
     assert len(read_shards(tmp_path, 2)) >= len(
-        SearchSpace(_job(), _settings().space).legal_points())
+        space_of(_job(), _settings()).legal_points())
     # shard 1's file holding shard 0's points with other figures
     text = shard_file(tmp_path, 0, 2).read_text().replace('"index": 0, "count": 2',
                                                           '"index": 1, "count": 2', 1)

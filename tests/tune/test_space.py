@@ -34,7 +34,9 @@ def mixtral():
 def test_default_axes_dense(llama):
     ax = llama.axes
     assert ax["tp"] == (1, 2, 4, 8)  # powers of two up to the node size
-    assert set(ax["pp"]) == {d for d in range(1, 65) if 80 % d == 0}
+    # The divisors of 80 layers, and every divisor of 64 GPUs with a split Megatron-LM
+    # accepts (PP 32: 10 + 30 x 2 + 10 layers; PP 64: 9 + 62 x 1 + 9).
+    assert set(ax["pp"]) == {d for d in range(1, 65) if 80 % d == 0} | {32, 64}
     assert ax["ep"] == (1,) and ax["etp"] == (None,)
     assert ax["cp"] == (1, 2, 4)  # seq/cp >= 2048
     assert ax["micro_batch_size"] == (1, 2, 4, 8)
@@ -124,14 +126,17 @@ def test_normalisation_collapses_equivalent_points(llama):
     assert as_dict(llama.vary(p, tp=4))["sequence_parallel"] is True
 
 
-def test_uneven_layouts_are_skipped_unless_asked():
-    spec = _spec(nodes=4)
-    space = SearchSpace(spec, SpaceSettings(values={"pp": (3, 4)}))
-    assert space.spec(space.vary(point_of(spec), pp=3)) is None
-    assert "uneven" in space.why(space.vary(point_of(spec), pp=3))
-    # A prime layer count has no even split: uneven layouts are allowed by default.
-    odd = dataclasses.replace(spec, model=dataclasses.replace(spec.model, num_layers=61))
-    assert SearchSpace(odd).uneven
+def test_uneven_layouts_state_megatrons_split():
+    spec = _spec("llama3.1_405b", nodes=64, gbs=512)  # 126 layers
+    space = SearchSpace(spec)
+    assert 16 in space.axes["pp"]
+    par = space.spec(space.vary(point_of(spec), tp=8, pp=16)).parallel
+    assert par.account_for_embedding_in_pipeline_split and \
+        par.account_for_loss_in_pipeline_split  # 7 + 14 x 8 + 7 layers
+    off = SearchSpace(spec, SpaceSettings(uneven_layouts=False))
+    assert 16 not in off.axes["pp"]
+    p = off.vary(point_of(spec), tp=8, pp=2, vpp=2)  # 63 layers per stage over 2 chunks
+    assert off.spec(p) is None and "uneven" in off.why(p)
 
 
 def test_cluster_planning_axes():

@@ -91,28 +91,36 @@ def train(la) -> dict:
         for key in sorted(med):
             print(f"  rank {rank} {key[0]} {key[1]}: {med[key] * 1e3:.3f} ms", flush=True)
     out = {"spec": dataclasses.asdict(spec.parallel), "world": world, "median_step_s": median,
-           "steps": steps, **_memory_seen(rss0)}
+           "steps": steps, "max_memory_allocated_bytes": _max_allocated()}
+    if out["max_memory_allocated_bytes"] is None:
+        out["rss_growth_bytes"] = _rss_growth(rss0)
     dist.barrier()
     return out
 
 
-def _memory_seen(rss0: int) -> dict:
-    """The run's memory, the largest over ranks: on CUDA torch's allocated peak (what
-    Megatron-LM logs as mem-max-allocated-bytes); on a CPU, which keeps no allocator
-    statistics, the growth of the resident set since before the build (a proxy: it
-    also holds the allocator's cached and fragmented pages)."""
+def _max_allocated() -> int | None:
+    """torch.cuda.max_memory_allocated, the largest over ranks (None on a CPU)."""
+    import torch
+    import torch.distributed as dist
+    if not torch.cuda.is_available():
+        return None
+    t = torch.tensor([torch.cuda.max_memory_allocated()], dtype=torch.float64).cuda()
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def _rss_growth(rss0: int) -> int:
+    """On a CPU, which keeps no allocator statistics: the growth of the resident set
+    since before the build, the largest over ranks (a proxy: it also holds the
+    allocator's cached pages and what the first steps load)."""
     import resource
 
     import torch
     import torch.distributed as dist
-    if torch.cuda.is_available():
-        t = torch.tensor([torch.cuda.max_memory_allocated()], dtype=torch.float64).cuda()
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-        t = torch.tensor([max(peak - rss0, 0)], dtype=torch.float64)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    t = torch.tensor([max(peak - rss0, 0)], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    key = "max_allocated_bytes" if torch.cuda.is_available() else "rss_growth_bytes"
-    return {key: int(t.item())}
+    return int(t.item())
 
 
 def _loss_everywhere(loss: float) -> float:
@@ -149,7 +157,8 @@ def _outputs(la, est, profile_path: str | None, measurement: dict | None = None)
     if measurement is not None:
         out["measurement"] = measurement
     if la.projection_out:
-        atomic_write_text(la.projection_out, json.dumps(out, indent=1) + "\n")
+        atomic_write_text(la.projection_out, json.dumps(out, indent=1) + "\n",
+                          "--projection-out")
         print(f"projection written to {la.projection_out}")
     if la.recipe_out:
         _write_recipe(la, profile_path)

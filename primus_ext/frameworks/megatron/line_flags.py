@@ -16,12 +16,27 @@ COVERS = ("primus-ext projects Megatron-LM's pretrain_gpt.py models (GPTModel: d
           "MoE transformer decoders, with GQA, MLA, MTP and sliding windows)")
 
 
+# Megatron-LM core_v0.16.1 validate_args refuses these ('Deprecated arguments').
+DEPRECATED = {
+    "--batch-size": "--batch-size argument is no longer valid, use --micro-batch-size instead",
+    "--warmup": "--warmup argument is no longer valid, use --lr-warmup-fraction instead",
+    "--model-parallel-size": "--model-parallel-size is no longer valid, use "
+                             "--tensor-model-parallel-size instead",
+    "--checkpoint-activations": "--checkpoint-activations is no longer valid, use "
+                                "--recompute-activations, or, for more control, "
+                                "--recompute-granularity and --recompute-method.",
+}
+REFUSED = frozenset(_OTHER_MODELS) | frozenset(DEPRECATED)
+
+
 def refuse_other_models(argv: list[str]) -> None:
     """One line for a launch line of another Megatron-LM model, before argparse asks for
     flags such a line need not have (a hybrid pattern sets the layer count)."""
     for tok in argv:
         name = tok.split("=", 1)[0]
         what = None
+        if name in DEPRECATED:
+            raise ValueError(f"{name}: Megatron-LM refuses it ('{DEPRECATED[name]}')")
         if name in _OTHER_MODELS:
             what = f"{name} is a Mamba/hybrid model flag (pretrain_mamba.py)"
         elif tok.rsplit("/", 1)[-1] in _ENTRY_POINTS:
@@ -77,7 +92,8 @@ def global_batch(ns, dp: int, n) -> int:
                              "specify both --step-batch-size-schedule and "
                              "--global-batch-size')")
         n.notes.append(f"--step-batch-size-schedule {' '.join(sched)}: projected at its "
-                       f"steady global batch {final} (the last of its {k} steps)"
+                       f"steady global batch {final} (the last of its {k} steps; the flag is "
+                       "Megatron-LM main's, core_v0.16.1 does not have it)"
                        + (" (Megatron-LM main refuses it beside --global-batch-size)"
                           if gbs is not None else ""))
         return final
@@ -111,6 +127,34 @@ def cross_entropy(ns, n) -> tuple[bool, str]:
                        "forward, no fp32 logits copy); Megatron-LM core_v0.16.1 runs it, "
                        "main refuses it ('disabled due to stability issues')")
     return fusion, impl
+
+
+def check_optimizer(ns, fsdp: bool, n) -> None:
+    """Megatron-LM core_v0.16.1 validate_args ('Muon optimizer check') and megatron-core's
+    get_megatron_muon_optimizer: Muon runs without gradient/parameter overlap, FSDP and
+    fp16. ``--optimizer muon --use-distributed-optimizer`` is Megatron-LM main's spelling
+    of dist_muon (validate_args: 'optimizer=dist_muon is deprecated. Use --optimizer muon
+    --use-distributed-optimizer instead'; core_v0.16.1 refuses it): read as dist_muon,
+    the namespace set so (``ns`` is changed in place)."""
+    if "muon" not in ns.optimizer:
+        return
+    if ns.use_distributed_optimizer and not fsdp:
+        n.notes.append(f"--optimizer {ns.optimizer} --use-distributed-optimizer read as "
+                       "dist_muon, Megatron-LM main's layer-wise distributed optimizer "
+                       "(core_v0.16.1 refuses it: 'Muon optimizer does not support "
+                       "distributed optimizer for now')")
+        if ns.use_layer_wise_param_layout:
+            n.not_modelled.append("Megatron-LM main's precomputed layer-wise parameter "
+                                  "layout (its default with muon and the distributed "
+                                  "optimizer; modelled as --no-use-layer-wise-param-layout)")
+        ns.optimizer, ns.use_distributed_optimizer = "dist_muon", False
+    for on, what in ((ns.overlap_grad_reduce, "overlap grad reduce"),
+                     (ns.overlap_param_gather, "overlap param gather"),
+                     (fsdp, "FSDP"), (ns.fp16, "fp16")):
+        if on:
+            raise ValueError(f"--optimizer {ns.optimizer} with {what}: Megatron-LM "
+                             "core_v0.16.1 refuses it (validate_args' Muon optimizer "
+                             "check; megatron-core get_megatron_muon_optimizer)")
 
 
 def router_groups(ns, n) -> tuple[int | None, int | None]:

@@ -75,6 +75,9 @@ MODEL = (
     _f("--vocab-size", "model.vocab_size", type=int),
     _f("--padded-vocab-size", ("model.vocab_size", "model.make_vocab_size_divisible_by"),
        type=int),
+    # Pai-Megatron-Patch's tokenizer flags (vocab.py _pai_vocab).
+    _f("--patch-tokenizer-type", "model.vocab_size", type=str),
+    _f("--extra-vocab-size", "model.vocab_size", 0, int),
     _f("--tokenizer-type", "model.vocab_size", type=str),
     _f("--tokenizer-model", "model.vocab_size", type=str),
     _f("--vocab-file", "model.vocab_size", type=str),
@@ -134,7 +137,7 @@ MOE = (
 MLA = (
     _f("--multi-latent-attention", "model.multi_latent_attention", False),
     _f("--q-lora-rank", "model.q_lora_rank", type=int),
-    _f("--kv-lora-rank", "model.kv_lora_rank", 512, int),
+    _f("--kv-lora-rank", "model.kv_lora_rank", 32, int),  # core_v0.16.1 arguments.py:2727
     _f("--qk-head-dim", "model.qk_head_dim", 128, int),
     _f("--qk-pos-emb-head-dim", "model.qk_pos_emb_head_dim", 64, int),
     _f("--v-head-dim", "model.v_head_dim", 128, int),
@@ -165,7 +168,7 @@ PARALLEL = (
     _f("--use-distributed-optimizer", "parallel.use_distributed_optimizer", False),
     _f("--use-torch-fsdp2", "parallel.fsdp", False),
     _f("--use-megatron-fsdp", "parallel.fsdp", False),
-    _f("--data-parallel-sharding-strategy", "parallel.fsdp", "optim_grads_params", str,
+    _f("--data-parallel-sharding-strategy", "parallel.fsdp", "no_shard", str,
        choices=("no_shard", "optim", "optim_grads", "optim_grads_params")),
     _f("--num-distributed-optimizer-instances",
        "parallel.num_distributed_optimizer_instances", 1, int),
@@ -218,7 +221,11 @@ TRAIN = (
     _f("--cross-entropy-loss-fusion", "train.cross_entropy_loss_fusion", False),
     _f("--cross-entropy-fusion-impl", "train.cross_entropy_fusion_impl", "native", str,
        choices=("native", "te")),
-    _f("--optimizer", "train.optimizer", "adam", str, choices=("adam", "sgd")),
+    _f("--optimizer", "train.optimizer", "adam", str,
+       choices=("adam", "sgd", "muon", "dist_muon")),
+    # Megatron-LM main: muon with --use-distributed-optimizer (line_flags.check_optimizer).
+    _f("--no-use-layer-wise-param-layout", "train.optimizer", True, store_false=True,
+       dest="use_layer_wise_param_layout"),
     _f("--use-precision-aware-optimizer", "train.use_precision_aware_optimizer", False),
     _f("--main-grads-dtype", "train.main_grads_dtype", "fp32", str, choices=("fp32", "bf16")),
     _f("--main-params-dtype", "", "fp32", str, choices=("fp32", "fp16")),

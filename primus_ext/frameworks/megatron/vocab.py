@@ -27,7 +27,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from primus_ext.frameworks.megatron.vocab_known import KNOWN_TYPES, known_vocab
+from primus_ext.frameworks.megatron.vocab_known import KNOWN_TYPES, PAI_BASES, known_vocab
 
 ASSUMED_VOCAB = 32000
 
@@ -41,7 +41,8 @@ class Vocab:
 
 def resolve_vocab(*, tokenizer_type: str | None, vocab_size: int | None,
                   tokenizer_model: str | None, vocab_file: str | None,
-                  padded_vocab_size: int | None = None) -> Vocab:
+                  padded_vocab_size: int | None = None,
+                  patch_tokenizer_type: str | None = None, extra_vocab_size: int = 0) -> Vocab:
     if tokenizer_type == "NullTokenizer":
         if vocab_size is None:
             raise ValueError("--tokenizer-type NullTokenizer needs --vocab-size "
@@ -54,6 +55,8 @@ def resolve_vocab(*, tokenizer_type: str | None, vocab_size: int | None,
         return Vocab(size=padded_vocab_size, padded=True,
                      how=f"--padded-vocab-size {padded_vocab_size}, taken as given "
                          "(Megatron-LM pads no further)")
+    if patch_tokenizer_type is not None:
+        return _pai_vocab(patch_tokenizer_type, extra_vocab_size)
     if tokenizer_type == "TikTokenizer" and vocab_size is not None:
         return Vocab(size=vocab_size, how=f"TikTokenizer: --vocab-size {vocab_size}")
     for path in (vocab_file, tokenizer_model):
@@ -80,6 +83,20 @@ def resolve_vocab(*, tokenizer_type: str | None, vocab_size: int | None,
         f"ASSUMED {ASSUMED_VOCAB} tokens: the vocabulary of {what} is not known here "
         "(no local tokenizer file, not a known tokenizer); set it with --vocab-size N "
         "or --padded-vocab-size N"))
+
+
+def _pai_vocab(kind: str, extra: int) -> Vocab:
+    """Pai-Megatron-Patch (--patch-tokenizer-type): its tokenizer's base vocabulary plus
+    --extra-vocab-size is the padded size (build_tokenizer sets padded_vocab_size)."""
+    base = PAI_BASES.get(kind)
+    if base is None:
+        return Vocab(size=ASSUMED_VOCAB, how=(
+            f"ASSUMED {ASSUMED_VOCAB} tokens: --patch-tokenizer-type {kind} is not known "
+            "here; set it with --padded-vocab-size N"))
+    return Vocab(size=base.size + extra, padded=True, how=(
+        f"--patch-tokenizer-type {kind}: {base.size} + --extra-vocab-size {extra} = "
+        f"{base.size + extra}, the padded size (Pai-Megatron-Patch build_tokenizer; "
+        f"{base.source})"))
 
 
 def count_tokens(path: str) -> int | None:

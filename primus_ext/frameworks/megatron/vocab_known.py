@@ -100,6 +100,27 @@ KNOWN_TYPES: dict[str, KnownVocab] = {
 }
 
 
+# Pai-Megatron-Patch's tokenizers (megatron_patch/tokenizer/__init__.py build_tokenizer,
+# --patch-tokenizer-type): the embedding is the tokenizer's base vocabulary plus
+# --extra-vocab-size (or --padded-vocab-size when given), set as Megatron-LM's
+# padded_vocab_size, so nothing more is padded.
+_QWEN_BPE = _k(151643, "Qwen's byte-level BPE vocabulary, 151,643 entries "
+               "(len(tokenizer.encoder); huggingface.co/Qwen/Qwen2.5-7B tokenizer_config.json: "
+               "the added tokens start at id 151643)")
+PAI_BASES: dict[str, KnownVocab] = {
+    "Qwen2Tokenizer": _QWEN_BPE, "Qwen3Tokenizer": _QWEN_BPE, "Qwen2VLTokenizer": _QWEN_BPE,
+    "DeepSeekV2Tokenizer": _k(100000, "DeepSeek LLM (arXiv:2401.02954 section 2.1): 100,000 "
+                              "BPE tokens, the embedding set to 102,400 (Pai's "
+                              "EXTRA_VOCAB_SIZE 2400 for DeepSeek-V2)"),
+    "LLama3Tokenizer": _k(128000, "Llama 3's 128,000 BPE tokens (tokenizer.vocab_size; "
+                          "huggingface.co/meta-llama/Llama-3.1-8B config.json vocab_size "
+                          "128,256 with the 256 special tokens Pai adds as EXTRA_VOCAB_SIZE)"),
+    "LLama2Tokenizer": _k(32000, "Llama 2's SentencePiece model, 32,000 pieces"),
+    "MixtralTokenizer": _k(32000, "huggingface.co/mistralai/Mixtral-8x7B-v0.1 config.json "
+                           "vocab_size (Mistral-7B-v0.1 the same)"),
+}
+
+
 def known_vocab(name: str) -> KnownVocab | None:
     """The known tokenizer a name or path means: the last path part first, then the
     parents (a Hugging Face cache's ``models--owner--Name`` reads as ``Name``)."""

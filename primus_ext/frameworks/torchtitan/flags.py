@@ -18,6 +18,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Callable
 
+from primus_ext.frameworks.torchtitan.registry import (REGISTRY, Registry, lookup,
+                                                        registry_for)
+
 AC_SUBCOMMAND = "activation-checkpoint:"
 
 
@@ -75,6 +78,11 @@ FLAGS = (
          lambda s: s.train.global_batch_size),
     Flag("--training.seq_len", "seq_len", "int", lambda s: s.train.seq_length),
     Flag("--compile.enable", "compile", "bool", lambda s: s.train.compile),
+    # Trainer.Config._validate_cuda_graphs: CUDA graphs (on by default) refuse PP and EP
+    # dispatchers that sync with the host (AllToAllTokenDispatcher does).
+    Flag("--training.disable_cuda_graphs", "disable_cuda_graphs", "bool",
+         lambda s: True if s.parallel.pp > 1 or (s.parallel.ep > 1 and s.model.is_moe)
+         else None),
     Flag("--compile.enable_async_tensor_parallel", "async_tp", "bool",
          lambda s: True if s.parallel.tp_comm_overlap else None),
 )
@@ -85,39 +93,8 @@ NO_EFFECT = ("--job.", "--metrics.", "--checkpoint.", "--profiler.", "--profilin
              "--validator.", "--dataloader.", "--optimizer.", "--lr_scheduler.",
              "--comm.", "--debug.", "--hf_assets_path", "--dump_folder",
              "--training.steps", "--training.max_norm", "--training.gc_freq",
-             "--training.gc_debug", "--training.disable_cuda_graphs",
+             "--training.gc_debug",
              "--parallelism.spmd_backend", "--parallelism.pipeline_parallel_schedule_csv")
-
-
-@dataclass(frozen=True, slots=True)
-class Registry:
-    """What a config-registry function sets (torchtitan 0.3.0
-    ``models/llama3/config_registry.py``): the model preset with the same shape, and
-    the values a line inherits when it does not override them."""
-    module: str
-    config: str
-    model: str
-    local_batch_size: int
-    seq_len: int
-    activation_checkpoint: str
-    tp: int = 1
-    compile: bool = False
-    async_tp: bool = False
-    float8: bool = False
-    schedule: str = "1F1B"
-
-
-REGISTRY = (
-    Registry("llama3", "llama3_debugmodel", "llama3_debugmodel", 8, 2048, "selective",
-             schedule="Interleaved1F1B"),
-    Registry("llama3", "llama3_8b", "llama3.1_8b", 1, 8192, "selective"),
-    Registry("llama3", "llama3_70b", "llama3.1_70b", 8, 8192, "full", tp=8),
-    Registry("llama3", "llama3_405b", "llama3.1_405b", 2, 8192, "full", tp=8,
-             compile=True, async_tp=True, float8=True),
-)
-SHAPE_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
-                "num_query_groups", "vocab_size", "num_moe_experts",
-                "multi_latent_attention")
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,18 +107,6 @@ class TitanArgs:
 
     def get(self, key: str, default=None):
         return self.values.get(key, default)
-
-
-def _registry(module: str | None, config: str | None) -> Registry:
-    if module is None or config is None:
-        raise ValueError("--module and --config are required (torchtitan ConfigManager: "
-                         "'--module llama3 --config llama3_8b')")
-    for r in REGISTRY:
-        if r.module == module and r.config == config:
-            return r
-    known = ", ".join(f"{r.module}/{r.config}" for r in REGISTRY)
-    raise ValueError(f"--module {module} --config {config}: not a config function the "
-                     f"projection knows ({known})")
 
 
 def _normal(flag: str) -> str:
@@ -214,7 +179,7 @@ def parse_titan(argv: list[str]) -> TitanArgs:
                              f"{name.rpartition('.')[0]}.no-{name.rpartition('.')[2]}")
         else:
             values[flag.key] = inline
-    return TitanArgs(registry=_registry(module, config), values=values,
+    return TitanArgs(registry=lookup(module, config), values=values,
                      ignored=tuple(ignored), not_modelled=tuple(not_modelled))
 
 
@@ -236,7 +201,7 @@ def to_overrides(ta: TitanArgs, num_layers: int, world_size: int) -> list[str]:
     from primus_ext.spec.torchtitan import (SCHEDULE_SIM, SINGLE_STAGE_SCHEDULES,
                                             canonical_schedule)
     r, v = ta.registry, ta.values
-    tp, pp, cp = v.get("tp", r.tp), v.get("pp", 1), v.get("cp", 1)
+    tp, pp, cp = v.get("tp", r.tp), v.get("pp", r.pp), v.get("cp", 1)
     dp_rep, dp_shard = v.get("dp_replicate", 1), v.get("dp_shard", -1)
     shard = dp_shard if dp_shard != -1 else world_size // max(dp_rep * cp * tp * pp, 1)
     dp = max(dp_rep * shard, 1)
@@ -251,9 +216,17 @@ def to_overrides(ta: TitanArgs, num_layers: int, world_size: int) -> list[str]:
     vpp = _stages(num_layers, pp, canon not in SINGLE_STAGE_SCHEDULES,
                   v.get("layers_per_stage")) if pp > 1 else 1
     compile_on = v.get("compile", r.compile)
-    ov = ["framework=torchtitan", f"model={r.model}",
+    moe = bool(r.model_fields().get("num_moe_experts"))
+    if (pp > 1 or (v.get("ep", r.ep) > 1 and moe)) and not v.get(
+            "disable_cuda_graphs", not r.cuda_graphs):
+        raise ValueError(
+            "--training.disable_cuda_graphs is required with "
+            + ("pipeline_parallel_degree > 1" if pp > 1 else
+               "expert_parallel_degree > 1 and the AllToAllTokenDispatcher (it syncs with "
+               "the host)") + " (torchtitan Trainer.Config._validate_cuda_graphs)")
+    ov = ["framework=torchtitan", *r.hydra_overrides(),
           f"parallel.tp={tp}", f"parallel.pp={pp}", f"parallel.vpp={vpp}",
-          f"parallel.cp={cp}", f"parallel.ep={v.get('ep', 1)}",
+          f"parallel.cp={cp}", f"parallel.ep={v.get('ep', r.ep)}",
           f"parallel.dp_shard={dp_shard}", f"parallel.dp_replicate={dp_rep}",
           f"parallel.sequence_parallel={bool(v.get('sequence_parallel', True) and tp > 1)}",
           f"parallel.schedule={canon if pp > 1 else 'auto'}",
@@ -268,19 +241,6 @@ def to_overrides(ta: TitanArgs, num_layers: int, world_size: int) -> list[str]:
 
 
 # ---- emit ------------------------------------------------------------------------
-def registry_for(model) -> Registry:
-    """The config function whose model has ``model``'s shape (not its name)."""
-    from primus_ext.presets import model_preset
-    from primus_ext.spec.model import ModelSpec
-    for r in REGISTRY:
-        ref = ModelSpec(**model_preset(r.model))
-        if all(getattr(ref, f) == getattr(model, f) for f in SHAPE_FIELDS):
-            return r
-    raise ValueError(f"model={model.name}: no torchtitan config function has this shape "
-                     f"({', '.join(r.config for r in REGISTRY)}); torchtitan's line "
-                     "needs one (--module/--config)")
-
-
 def float8_mismatch(spec) -> str | None:
     """Why the config function's float8 setting differs from ``train.precision``."""
     r = registry_for(spec.model)
@@ -312,10 +272,6 @@ def titan_argv(spec, *, strict: bool = True) -> list[str]:
             a.append(f.flag if value else f"{head}.no-{last.replace('_', '-')}")
         else:
             a += [f.flag, str(value)]
-    if p.pp > 1 or p.ep > 1:
-        # Trainer.Config._validate_cuda_graphs: CUDA graphs do not support PP (nor EP
-        # dispatchers that sync with the host).
-        a.append("--training.disable_cuda_graphs")
     a.append(AC_SUBCOMMAND + t.activation_checkpoint)
     return a
 
@@ -349,11 +305,7 @@ def script(spec, comment: str = "") -> str:
     if comment:
         lines.append(f"# {comment}")
     lines.append("set -euo pipefail")
-    try:
-        registry_for(spec.model)
-    except ValueError as exc:  # no line torchtitan could run: say so when executed
-        lines += [f"echo {shlex.quote('primus-ext: ' + str(exc))} >&2", "exit 2", ""]
-        return "\n".join(lines)
+    registry_for(spec.model)  # no line torchtitan could run: ValueError, never a stub
     why = float8_mismatch(spec)
     if why:
         lines.append(f"# note: {why}; set it there before launching")
