@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 
 from primus_ext.spec._check import check_types
 from primus_ext.spec.cluster import ClusterSpec
+from primus_ext.spec.legal_megatron import check_spec
 from primus_ext.spec.layout import PipelineLayout, pipeline_layout
 from primus_ext.spec.model import ModelSpec
 from primus_ext.spec.parallel import TORCHTITAN_SCHEDULES, ParallelSpec
@@ -36,6 +37,9 @@ class RunSpec:
             check_megatron_only(self.parallel, self.train)
         check_run(self.model, self.parallel, self.train, self.cluster,
                   self.framework)
+        if self.framework != "torchtitan":
+            # Megatron-LM's own argument checks on the line the recipe writes.
+            check_spec(self.model, self.parallel, self.train)
         object.__setattr__(self, "layout", pipeline_layout(
             self.model.num_layers, layout_parallel(self.model, self.parallel,
                                                    self.framework)))
@@ -134,8 +138,11 @@ def check_run(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
                 f"parallel.ep*etp={par.ep}*{etp}={par.ep * etp} does not divide the "
                 f"expert-parallel world world/pp={world}/{par.pp}={world // par.pp}")
         if par.tp > 1 and not par.sequence_parallel:
+            # megatron-core 0.16.1 transformer/moe/moe_layer.py:379 raises it in training.
             raise ValueError(f"MoE with parallel.tp={par.tp} > 1 requires "
-                             "parallel.sequence_parallel=True (megatron-core's rule)")
+                             "parallel.sequence_parallel=True (megatron-core MoELayer: "
+                             "'MoE and tensor parallelism are enabled without also "
+                             "enabling sequence parallelism')")
     elif par.ep > 1:
         raise ValueError(f"parallel.ep={par.ep} > 1 needs an MoE model "
                          f"(model.num_moe_experts={model.num_moe_experts})")

@@ -89,9 +89,20 @@ def train(la) -> dict:
         for key in sorted(med):
             print(f"  rank {rank} {key[0]} {key[1]}: {med[key] * 1e3:.3f} ms", flush=True)
     out = {"spec": dataclasses.asdict(spec.parallel), "world": world, "median_step_s": median,
-           "steps": steps}
+           "steps": steps, "max_memory_allocated_bytes": _max_allocated()}
     dist.barrier()
     return out
+
+
+def _max_allocated() -> int | None:
+    """torch.cuda.max_memory_allocated, the largest over ranks (None on a CPU)."""
+    import torch
+    import torch.distributed as dist
+    if not torch.cuda.is_available():
+        return None
+    t = torch.tensor([torch.cuda.max_memory_allocated()], dtype=torch.float64).cuda()
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
 
 
 def _loss_everywhere(loss: float) -> float:
@@ -128,7 +139,8 @@ def _outputs(la, est, profile_path: str | None, measurement: dict | None = None)
     if measurement is not None:
         out["measurement"] = measurement
     if la.projection_out:
-        atomic_write_text(la.projection_out, json.dumps(out, indent=1) + "\n")
+        atomic_write_text(la.projection_out, json.dumps(out, indent=1) + "\n",
+                          "--projection-out")
         print(f"projection written to {la.projection_out}")
     if la.recipe_out:
         _write_recipe(la, profile_path)
