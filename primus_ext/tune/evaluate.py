@@ -121,7 +121,7 @@ class Evaluator:
     def __init__(self, space: SearchSpace, settings: TuneSettings, *,
                  memory_fn: Callable | None = None, project_fn: Callable | None = None,
                  journal=None, on_trial: Callable | None = None,
-                 prefetched: dict | None = None):
+                 prefetched: dict | None = None, started: float | None = None):
         self.space, self.settings = space, settings
         # Scores computed elsewhere (tune/shard.py): point -> trial record.
         self.prefetched = prefetched or {}
@@ -151,7 +151,9 @@ class Evaluator:
         # ... of which off the space's axes (the fit ladder's recompute, e.g. block-23)
         self.num_off_axis = 0
         self.num_projected = 0
-        self.start = time.monotonic()
+        # The time budget counts from here, or from ``started`` (tune(): its own start,
+        # so that enumerating the space is inside tune.budget.seconds).
+        self.start = time.monotonic() if started is None else started
         self.best: Trial | None = None
         self._cap: tuple[int, float] | None = None
 

@@ -33,13 +33,56 @@ def same_job(a: RunSpec, b: RunSpec) -> bool:
             and a.train.precision == b.train.precision)
 
 
+def _int(v) -> int | None:
+    try:
+        return int(float(v))
+    except (TypeError, ValueError):
+        return None
+
+
+def published_runs(base: RunSpec | None = None, run_id: str | None = None) -> list:
+    """The published runs of the project's data (the public set and the MoE runs) that
+    may be ``base``'s job (same GPU count, global batch and sequence in the CSV) or are
+    ``run_id``; all of them when neither is given. Only those rows are read into specs
+    (reading all of them takes seconds)."""
+    import csv
+
+    from primus_ext.published import DEFAULT_PATH, MOE_PATH, read_runs
+    from primus_ext.published.reader import parse_row
+    if base is None and run_id is None:
+        return read_runs() + (read_runs(MOE_PATH) if MOE_PATH.is_file() else [])
+    want = None if base is None else (base.world_size, base.train.global_batch_size,
+                                      base.train.seq_length)
+    out = []
+    for path in (DEFAULT_PATH, MOE_PATH):
+        if not path.is_file():
+            continue
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.DictReader(f)
+            for row in reader:
+                rid = (row.get("run_id") or "").strip()
+                key = (_int(row.get("num_gpus")), _int(row.get("gbs")),
+                       _int(row.get("seq_len")))
+                # A cell left empty (the reader derives it) matches anything.
+                maybe = want is not None and all(k is None or k == w
+                                                 for k, w in zip(key, want))
+                if rid == run_id or maybe:
+                    out.append(parse_row(row, line=reader.line_num))
+    return out
+
+
+def same_job_layouts(base: RunSpec, runs=None) -> list[RunSpec]:
+    """The specs of every published run of ``base``'s job (each a tuner candidate)."""
+    runs = published_runs(base) if runs is None else runs
+    return [r.spec for r in runs if r.spec is not None and same_job(r.spec, base)]
+
+
 def find_reference(base: RunSpec, which: str | None, runs=None) -> Reference | None:
     """The reference run for ``base``: None, 'auto' or a run_id."""
     if which is None or str(which).lower() in ("none", "null", "false", ""):
         return None
     if runs is None:
-        from primus_ext.published import read_runs
-        runs = read_runs()
+        runs = published_runs(base, None if str(which).lower() == "auto" else str(which))
     if str(which).lower() == "auto":
         hits = [r for r in runs if r.spec is not None and same_job(r.spec, base)]
         if not hits:
@@ -50,7 +93,7 @@ def find_reference(base: RunSpec, which: str | None, runs=None) -> Reference | N
         run = by_id.get(str(which))
         if run is None:
             raise ValueError(f"tune.reference={which!r} is not a run_id of the published "
-                             "runs (data/validation/published_runs.csv)")
+                             "runs (data/validation/published_runs.csv, moe_runs.csv)")
         if run.spec is None:
             raise ValueError(f"tune.reference={which!r}: that row has no usable layout "
                              f"({run.error})")

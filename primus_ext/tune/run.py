@@ -179,7 +179,7 @@ def _tune(spec_or_overrides, settings, held: ExitStack, overrides, memory_fn, pr
         if settings.progress else None
     ev = Evaluator(space, settings, memory_fn=memory_fn, project_fn=project_fn,
                    journal=journal, on_trial=progress.update if progress else None,
-                   prefetched=prefetched)
+                   prefetched=prefetched, started=t0)
     if journal is not None:
         for rec in journal.resumed:
             ev.preload(Trial.from_record(rec))
@@ -198,10 +198,7 @@ def _tune(spec_or_overrides, settings, held: ExitStack, overrides, memory_fn, pr
                            f"distinct, {num_legal:,} legal; strategy {strategy}")
         fixed = CLUSTER_AXES if len(clusters) > 1 and strategy == "guided" else ()
         user, start, seeds = plan(ev, point_of(base), fixed=fixed)
-        reference = find_reference(base, settings.reference)
-        if reference is not None and reference.same_job:
-            ref_trial = ev.evaluate(point_of(reference.spec), "reference",
-                                    enforce_budget=False)
+        reference, ref_trial = score_references(ev, base)
         try:
             if strategy == "exhaustive":
                 exhaustive(ev)
@@ -259,6 +256,25 @@ def _tune(spec_or_overrides, settings, held: ExitStack, overrides, memory_fn, pr
 
 
 CLUSTER_AXES = ("num_nodes", "hardware")
+
+
+def score_references(ev: Evaluator, base: RunSpec) -> tuple[Reference | None, Trial | None]:
+    """The reference run (tune.reference) and its layout's trial; with
+    ``tune.reference=auto`` every published layout of the job is scored too (each is a
+    candidate, whatever the budget)."""
+    which = ev.settings.reference
+    if which is None or str(which).lower() in ("none", "null", "false", ""):
+        return None, None
+    from primus_ext.tune.reference import published_runs, same_job_layouts
+    runs = published_runs(base, None if str(which).lower() == "auto" else str(which))
+    reference = find_reference(base, which, runs)
+    trial = None
+    if reference is not None and reference.same_job:
+        trial = ev.evaluate(point_of(reference.spec), "reference", enforce_budget=False)
+    if reference is not None and str(which).lower() == "auto":
+        for other in same_job_layouts(base, runs):
+            ev.evaluate(point_of(other), "published", enforce_budget=False)
+    return reference, trial
 
 
 

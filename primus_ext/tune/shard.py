@@ -124,13 +124,11 @@ def _seeds(ev, spec: RunSpec, fixed: tuple) -> list:
     """What ``tune.run.tune`` scores before its search, in its order: the planner's seeds
     around the user's layout, then the reference layout of the same job."""
     from primus_ext.tune.planner import plan
-    from primus_ext.tune.reference import find_reference
+    from primus_ext.tune.run import score_references
     from primus_ext.tune.space import point_of
 
     _, _, seeds = plan(ev, point_of(spec), fixed=fixed)
-    ref = find_reference(spec, ev.settings.reference)
-    if ref is not None and ref.same_job:
-        ev.evaluate(point_of(ref.spec), "reference", enforce_budget=False)
+    score_references(ev, spec)
     return seeds
 
 

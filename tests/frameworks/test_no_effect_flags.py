@@ -33,7 +33,8 @@ def test_an_unread_moe_flag_is_reported_not_modelled():
             "--moe-grouped-gemm", "--target-hardware", "h100", "--target-nodes", "1",
             "--target-gpus-per-node", "8"]
     la = parse_launch_args(argv)
-    assert "--moe-token-drop-policy" in la.not_modelled
+    assert any(x.startswith("--moe-token-drop-policy (MoE variants")
+               for x in la.not_modelled)
     assert "--moe-grouped-gemm" in BY_NAME and la.spec.parallel.moe_grouped_gemm
     assert any("not modelled" in ln for ln in warning_lines(la))
 
@@ -51,3 +52,25 @@ def test_router_terms_are_read_from_their_flags():
                                                  "sigmoid")
     assert parse_launch_args(base + ["--moe-aux-loss-coeff", "0"]).spec.parallel \
         .moe_router_terms == ()
+
+
+def test_every_megatron_lm_flag_is_read_listed_with_its_reason_or_refused():
+    """All 681 option strings of Megatron-LM core_v0.16.1: read by the flag table,
+    listed as having no effect or as not modelled (each with its reason), or refused
+    (other models' and deprecated flags) -- none falls through as unknown."""
+    from primus_ext.frameworks.megatron.args import is_known
+    from primus_ext.frameworks.megatron.line_flags import REFUSED
+    from primus_ext.frameworks.megatron.no_effect import LISTED_NOT_MODELLED
+    flags = _flags("all_core_v0.16.1.txt")
+    assert len(flags) == 681
+    assert [f for f in flags if not is_known(f) and f not in REFUSED] == []
+    assert not set(NO_EFFECT) & set(LISTED_NOT_MODELLED)
+    assert not set(BY_NAME) & (set(NO_EFFECT) | set(LISTED_NOT_MODELLED))
+
+
+@pytest.mark.parametrize("flag", ["--batch-size", "--checkpoint-activations"])
+def test_deprecated_flags_are_refused_as_megatron_lm_refuses_them(flag):
+    argv = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+            "--seq-length", "128", flag, "8"]
+    with pytest.raises(ValueError, match=f"{flag}: Megatron-LM refuses it"):
+        parse_launch_args(argv)

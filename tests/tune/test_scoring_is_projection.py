@@ -88,3 +88,23 @@ def test_no_layout_is_one_line():
         tune_inputs(["model=tiny_dense", "model.num_layers=2", "cluster.hardware=h100",
                      "cluster.num_nodes=64", "train.global_batch_size=3"])
     assert "\n" not in str(err.value)
+
+
+def test_every_published_layout_of_the_job_is_a_candidate():
+    from primus_ext.tune.reference import same_job_layouts
+    from primus_ext.tune.run import tune
+    r = tune(JOB + ["tune.progress=false", "tune.budget.candidates=10"], write=False)
+    assert r.reference["run_id"] == "P012" and r.reference["gain"] is not None
+    published = same_job_layouts(r.base_spec)
+    assert len(published) == 2  # P012 and P030 (NeMo 24.07 and 24.09)
+    scored = {t.point for t in r.trials if t.verdict == "ok"}
+    for spec in published:  # scored even past the candidate budget
+        assert _normal(r, spec) in scored
+    assert r.best.metrics["tokens_per_s_per_gpu"] >= max(
+        t.metrics["tokens_per_s_per_gpu"] for t in r.trials
+        if t.verdict == "ok" and t.source in ("reference", "published"))
+
+
+def _normal(result, spec):
+    from primus_ext.tune.space import space_of
+    return space_of(result.base_spec, result.settings).normalize(point_of(spec))

@@ -16,12 +16,27 @@ COVERS = ("primus-ext projects Megatron-LM's pretrain_gpt.py models (GPTModel: d
           "MoE transformer decoders, with GQA, MLA, MTP and sliding windows)")
 
 
+# Megatron-LM core_v0.16.1 validate_args refuses these ('Deprecated arguments').
+DEPRECATED = {
+    "--batch-size": "--batch-size argument is no longer valid, use --micro-batch-size instead",
+    "--warmup": "--warmup argument is no longer valid, use --lr-warmup-fraction instead",
+    "--model-parallel-size": "--model-parallel-size is no longer valid, use "
+                             "--tensor-model-parallel-size instead",
+    "--checkpoint-activations": "--checkpoint-activations is no longer valid, use "
+                                "--recompute-activations, or, for more control, "
+                                "--recompute-granularity and --recompute-method.",
+}
+REFUSED = frozenset(_OTHER_MODELS) | frozenset(DEPRECATED)
+
+
 def refuse_other_models(argv: list[str]) -> None:
     """One line for a launch line of another Megatron-LM model, before argparse asks for
     flags such a line need not have (a hybrid pattern sets the layer count)."""
     for tok in argv:
         name = tok.split("=", 1)[0]
         what = None
+        if name in DEPRECATED:
+            raise ValueError(f"{name}: Megatron-LM refuses it ('{DEPRECATED[name]}')")
         if name in _OTHER_MODELS:
             what = f"{name} is a Mamba/hybrid model flag (pretrain_mamba.py)"
         elif tok.rsplit("/", 1)[-1] in _ENTRY_POINTS:
