@@ -49,7 +49,9 @@ def _projected(spec) -> dict:
     """The published layout as mode=project projects it, in the tuner's compact form."""
     est = project(spec)
     device = getattr(est.memory, "device_bytes", None) or spec.cluster.hardware.hbm_bytes
-    return compact_estimate(est, spec, est.memory.peak_bytes, device)
+    out = compact_estimate(est, spec, est.memory.peak_bytes, device)
+    out["memory_over_device"] = not est.fits
+    return out
 
 
 def mechanism(ref: dict, win: dict) -> str:
@@ -126,7 +128,8 @@ def render(rows: list[dict], failed: list[tuple], seconds: float) -> str:
          "non-layout settings. The tuner searches the layout (default strategy, "
          f"`tune.budget.seconds={seconds:g}`, `tune.reference=<run_id>`: the published "
          "layout is always one of its candidates); the published layout is projected "
-         "exactly as `mode=project` projects it. Bands are the 80% error bands of "
+         "exactly as `mode=project` projects it. A published layout ran: where the "
+         "memory model puts it over the device it stays a candidate, marked. Bands are the 80% error bands of "
          "tokens/s/GPU (project/bands.py); a gain inside the band of the difference is "
          "a tie (tune/ties.py). Where the gain is resolvable, the mechanism names the "
          "step-time components the tuned layout saves most on (share of the saving).", "",
@@ -146,9 +149,12 @@ def render(rows: list[dict], failed: list[tuple], seconds: float) -> str:
         run, pub, best = x["run"], x["pub"], x["best"]
         L.append("| " + " | ".join([
             run.run_id, _job(run.spec),
-            x["pub_layout"] + (" (recompute inferred)" if x["inferred"] else ""),
+            x["pub_layout"] + (" (recompute inferred)" if x["inferred"] else "")
+            + (" (memory model: over the device)" if pub["memory_over_device"] else ""),
             f"{pub['tokens_per_s_per_gpu']:,.0f} ({x['pub_band']})",
-            x["tuned_layout"] + (" (memory tight)" if x["tight"] else ""),
+            x["tuned_layout"] + (" (memory over the device: the published layout)"
+                                 if best.get("memory_over_device") else
+                                 " (memory tight)" if x["tight"] else ""),
             f"{best['tokens_per_s_per_gpu']:,.0f} ({x['best_band']})",
             f"{x['gain']:+.1%}", _verdict(x),
             x["mechanism"] or "-"]) + " |")

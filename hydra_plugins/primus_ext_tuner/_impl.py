@@ -87,6 +87,10 @@ def search_axes(overrides: Sequence[Override]) -> tuple[list[str], Dict[str, lis
                                      "(a,b,c / choice(...) / range(...)), not "
                                      f"{ov.value_type.name if ov.value_type else '?'}")
             axes[axis] = list(ov.sweep_iterator())
+            if key in ("cluster.hardware", "cluster.num_nodes"):
+                # The job (and its baseline) lives on the first swept cluster, not on
+                # the config's default one.
+                fixed.append(f"{key}={axes[axis][0]}")
             continue
         if axis is not None:
             value = ov.value()
@@ -206,10 +210,9 @@ class PrimusTunerSweeperImpl:
         assert self.launcher is not None
         job_base = [o for o in fixed
                     if o.split("=", 1)[0] != "mode" and not o.startswith("tune.")]
-        mode = next((o for o in fixed if o.split("=", 1)[0] == "mode"), "mode=project")
-        if mode == "mode=tune":  # a validation job must not tune again
-            mode = "mode=project"
-        batch = [merge_overrides(job_base, ovs) + [mode] for _, ovs in candidates]
+        # Each job trains the candidate's recipe line for a few iterations (mode=train:
+        # measured iteration time and memory beside the projection).
+        batch = [merge_overrides(job_base, ovs) + ["mode=train"] for _, ovs in candidates]
         self.validate_batch_is_legal(batch)
         size = self.max_batch_size or len(batch)
         returns: list[JobReturn] = []

@@ -51,7 +51,9 @@ def write_results(path: Path, result, candidates, returns) -> None:
     best, (_, best_overrides) = result.best, candidates[0]
     top = []
     for i, (trial, overrides) in enumerate(candidates):
-        entry = {"rank": i + 1, "layout": _layout(trial), "overrides": list(overrides),
+        entry = {"rank": i + 1, "layout": _layout(trial),
+                 "hardware": trial.candidate["hardware"],
+                 "num_nodes": trial.candidate["num_nodes"], "overrides": list(overrides),
                  "score": trial.score, "projected": _figures(trial.metrics)}
         if i < len(returns):
             value = _value(returns[i])
@@ -102,18 +104,24 @@ def print_report(result, candidates: Sequence, returns: Sequence, sweep_dir: Pat
                                        f"and recipe in {sweep_dir.resolve()}")
     table.add_column("#", justify="right")
     table.add_column("layout", no_wrap=True)
+    # Several GPU kinds (cluster.hardware=a,b): which GPU each row is for, its capacity.
+    kinds = len({t.candidate["hardware"] for t in result.trials}) > 1
+    if kinds:
+        table.add_column("GPU (capacity GiB)", no_wrap=True)
     head = ["proj. tok/s/GPU", "proj. step s", "proj. MFU", "proj. GiB"]
     if returns:
-        head += ["job tok/s/GPU", "job step s", "job/proj.", "job verdict"]
+        head += ["job tok/s/GPU", "job step s", "job/proj.", "job GiB", "job verdict"]
     for name in head:
         table.add_column(name, justify="right")
     for i, (trial, _) in enumerate(candidates):
         proj = _figures(trial.metrics)
-        row = [i + 1, _layout(trial), proj["tokens_per_s_per_gpu"], proj["step_time_s"],
+        gpu = [_gpu(trial)] if kinds else []
+        row = [i + 1, _layout(trial), *gpu, proj["tokens_per_s_per_gpu"],
+               proj["step_time_s"],
                None if proj["mfu"] is None else f"{proj['mfu']:.1%}",
                None if proj["peak_memory_gib"] is None else f"{proj['peak_memory_gib']:.1f}"]
         if returns and i >= len(returns):
-            row += [None, None, None, "not launched"]
+            row += [None, None, None, None, "not launched"]
         elif returns:
             value = _value(returns[i])
             job = _figures(value if isinstance(value, dict) else None)
@@ -121,9 +129,18 @@ def print_report(result, candidates: Sequence, returns: Sequence, sweep_dir: Pat
             delta = (tps / proj["tokens_per_s_per_gpu"] - 1.0
                      if tps and proj["tokens_per_s_per_gpu"] else None)
             row += [tps, job["step_time_s"],
-                    None if delta is None else f"{delta:+.1%}", _verdict(value)]
+                    None if delta is None else f"{delta:+.1%}",
+                    None if job["peak_memory_gib"] is None
+                    else f"{job['peak_memory_gib']:.1f}", _verdict(value)]
         table.add_row(*["-" if c is None else fmt(c) for c in row])
     Console(width=170).print(table)
+
+
+def _gpu(trial) -> str:
+    c, m = trial.candidate, trial.metrics or {}
+    cap = m.get("device_bytes")
+    return (f"{c['hardware']} x {c['num_nodes']}"
+            + ("" if cap is None else f" ({cap / GIB:.0f})"))
 
 
 def _verdict(value) -> str:

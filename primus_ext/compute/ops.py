@@ -69,6 +69,19 @@ class Shapes:
         self.overhead = hw.kernel_overhead_s
 
 
+def fp8_cast(recipe: str) -> tuple[float, int]:
+    """(bytes per element, kernels) of quantising one BF16 GEMM operand: read it, write
+    row- and column-wise FP8 copies (4 B). Current scaling (``tensorwise``; TE
+    ``Float8CurrentScalingQuantizer::quantize``, csrc/quantizer.cpp) first reads the tensor
+    for its amax (``nvte_compute_amax``), then derives the scale
+    (``nvte_compute_scale_from_amax``) and casts (``nvte_quantize_v2``): one more read
+    (2 B) and two more kernels. Delayed scaling casts with last step's scale; block and
+    MX scaling compute their scales inside the cast."""
+    if recipe == "tensorwise":
+        return 6.0, 3
+    return 4.0, 1
+
+
 def linear(sh: Shapes, name: str, module: str, tokens: float, d_in: int, d_out: int, *,
            dtype: str | None = None, groups: int = 1, streams: int = GROUPED_STREAMS,
            one_kernel: bool = False, cast_input: bool = True,
@@ -79,7 +92,7 @@ def linear(sh: Shapes, name: str, module: str, tokens: float, d_in: int, d_out: 
     on ``streams`` CUDA streams (one: a per-expert loop), or as ``one_kernel``
     (compute/gemm.py). FP8 GEMMs add the quantisation casts of their inputs as
     memory-bound kernels: the activation in forward and the output gradient in backward,
-    each read in BF16 and written as row- and column-wise FP8 copies (the weights' FP8
+    each quantised as ``fp8_cast`` says for the run's recipe (the weights' FP8
     copies are cached across microbatches by Transformer Engine and not counted);
     ``cast_input`` / ``cast_grad`` False: a fused producer writes them quantised.
     """
@@ -100,16 +113,17 @@ def linear(sh: Shapes, name: str, module: str, tokens: float, d_in: int, d_out: 
     # One GEMM per group (TE GroupedLinear: one cuBLAS call per local expert).
     k_f, k_b = (1, 2) if one_kernel else (groups, 2 * groups)
     if dtype == "fp8":
+        per, kernels = fp8_cast(sh.train.fp8_recipe)
         if cast_input:
-            cast_f = tokens * d_in * groups * 4.0  # read bf16, write two fp8 copies
-            t_f += cast_f / sh.bw + sh.overhead
+            cast_f = tokens * d_in * groups * per
+            t_f += cast_f / sh.bw + kernels * sh.overhead
             b_f += cast_f
-            k_f += 1
+            k_f += kernels
         if cast_grad:
-            cast_b = tokens * d_out * groups * 4.0
-            t_d += cast_b / sh.bw + sh.overhead
+            cast_b = tokens * d_out * groups * per
+            t_d += cast_b / sh.bw + kernels * sh.overhead
             b_b += cast_b
-            k_b += 1
+            k_b += kernels
     return OpCost(name, module, t_f, t_d, t_w, flops, flops, flops, b_f, b_b, k_f, k_b)
 
 

@@ -42,7 +42,21 @@ def trial_point(trial) -> dict | None:
             device is None or mem_gib * GIB <= device)
     return {"tps": None if tps is None else float(tps), "mem_gib": float(mem_gib),
             "fits": bool(fits), "label": _label(trial),
-            "device_gib": device / GIB if device else None}
+            "device_gib": device / GIB if device else None, "hardware": _hardware(trial)}
+
+
+def _hardware(trial) -> str | None:
+    """The GPU a candidate is for (multi-cluster tuning: each carries its cluster)."""
+    cand = _field(trial, "candidate")
+    if isinstance(cand, dict) and cand.get("hardware") is not None:
+        return str(cand["hardware"])
+    est = _field(trial, "estimate", "metrics", default=trial)
+    hw = _field(est, "hardware")
+    return None if hw is None else str(hw)
+
+
+# One colour per GPU kind when the candidates span several.
+_KIND_COLOURS = ("#4C72B0", "#C44E52", "#55A868", "#8172B3", "#937860", "#DA8BC3")
 
 
 def _label(trial) -> str:
@@ -68,8 +82,16 @@ def plot_trials(trials: Iterable, path, *, winner=None, baseline=None,
     points = [pt for pt in (trial_point(t) for t in trials) if pt is not None]
     scored = [p for p in points if p["tps"] is not None]
     rejected = [p for p in points if p["tps"] is None]
-    if device_gib is None:
-        device_gib = next((p["device_gib"] for p in points if p["device_gib"]), None)
+    # Per GPU kind: its capacity (the device_bytes its own records carry).
+    capacity: dict = {}
+    for p in points:
+        if p["device_gib"] and p["hardware"] not in capacity:
+            capacity[p["hardware"]] = p["device_gib"]
+    if device_gib is not None:
+        capacity = {None: device_gib}
+    kinds = list(dict.fromkeys(p["hardware"] for p in points))
+    per_kind = len(kinds) > 1
+    device_gib = max(capacity.values(), default=None)
     marked = [(trial_point(t) if t is not None else None, marker, colour, name)
               for t, marker, colour, name in ((baseline, "D", "#333333", "baseline"),
                                               (winner, "*", "#E1A100", "winner"))]
@@ -82,7 +104,14 @@ def plot_trials(trials: Iterable, path, *, winner=None, baseline=None,
     fig, ax = plt.subplots(figsize=(8, 6), layout="constrained")
     fit = [p for p in scored if p["fits"]]
     over = [p for p in scored if not p["fits"]]  # projected anyway (e.g. a sweep's rows)
-    if fit:
+    if fit and per_kind:
+        for i, kind in enumerate(kinds):
+            mine = [p for p in fit if p["hardware"] == kind]
+            if mine:
+                ax.scatter([p["mem_gib"] for p in mine], [p["tps"] for p in mine], s=22,
+                           color=_KIND_COLOURS[i % len(_KIND_COLOURS)], alpha=0.7,
+                           label=f"{kind}: projected, fits ({len(mine)})")
+    elif fit:
         ax.scatter([p["mem_gib"] for p in fit], [p["tps"] for p in fit], s=22,
                    color=COLOURS["forward"], alpha=0.7, label=f"projected, fits ({len(fit)})")
     if over:
@@ -96,9 +125,12 @@ def plot_trials(trials: Iterable, path, *, winner=None, baseline=None,
         ax.scatter(inside, [0.0] * len(inside), marker="|", s=160, color="#888888",
                    clip_on=False, zorder=3,
                    label=f"rejected by memory, at their peak ({len(rejected)}{more})")
-    if device_gib:
-        ax.axvline(device_gib, color=COLOURS["device"], linestyle="--", linewidth=1.2,
-                   label=f"device capacity ({device_gib:.0f} GiB)")
+    for kind, gib in capacity.items():
+        colour = (_KIND_COLOURS[kinds.index(kind) % len(_KIND_COLOURS)]
+                  if per_kind and kind in kinds else COLOURS["device"])
+        name = f"{kind} capacity" if per_kind and kind else "device capacity"
+        ax.axvline(gib, color=colour, linestyle="--", linewidth=1.2,
+                   label=f"{name} ({gib:.0f} GiB)")
     for pt, marker, colour, name in marked:
         if pt is None:
             continue

@@ -137,14 +137,19 @@ def render_report(result, overrides: list[str]) -> str:
     L += _reference(r)
     L += [f"## Top {s.top_k}", ""]
     rows = []
+    kinds = len({t.candidate["hardware"] for t in r.top(10**9)}) > 1
     for i, t in enumerate(r.top(s.top_k), 1):
         m = t.metrics
+        # Several GPU kinds: each row says which GPU and nodes it is for, and its memory
+        # against that GPU's own capacity.
+        gpu = ([f"{t.candidate['hardware']} x {t.candidate['num_nodes']} nodes",
+                f"{_gib(m)} / {m['device_bytes'] / _GIB:.0f}"] if kinds else [_gib(m)])
         rows.append([str(i), describe(t.point) + (" (tight)" if m.get("memory_tight") else ""),
-                     m["step_time_s"], m["tokens_per_s_per_gpu"],
-                     f"{m['mfu']:.1%}", _gib(m)]
+                     m["step_time_s"], m["tokens_per_s_per_gpu"], f"{m['mfu']:.1%}"] + gpu
                     + [m["breakdown"].get(k, 0.0) for k in _PARTS] + [t.source]
                     + [against_winner(t, best, is_moe)])
-    L += _table(["#", "layout", "step s", "tok/s/GPU", "MFU", "mem GiB"]
+    L += _table(["#", "layout", "step s", "tok/s/GPU", "MFU"]
+                + (["GPU", "mem / capacity GiB"] if kinds else ["mem GiB"])
                 + [k[:-2].replace("_", " ") for k in _PARTS] + ["found by", "vs winner"],
                 rows)
     L.append("")
@@ -162,9 +167,12 @@ def _headroom(r) -> list[str]:
     bm = r.best.metrics
     if not bm.get("memory_tight"):
         return []
+    over = bm.get("memory_over_device")
     L = ["## Memory risk", "",
          f"The winner's peak ({_gib(bm)} GiB of {bm['device_bytes'] / _GIB:.1f} GiB) is "
-         f"within the tune.memory_margin of {margin:.0%}: **tight**."]
+         + ("over the device by the memory model, but the layout is a published one "
+            "that ran: **tight**." if over else
+            f"within the tune.memory_margin of {margin:.0%}: **tight**.")]
     roomy = next((t for t in r.top(10**9) if not t.metrics.get("memory_tight")), None)
     if roomy is None:
         L.append("No scored layout has comfortable headroom.")

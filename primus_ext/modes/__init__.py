@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import importlib
 
-MODES = ("project", "memory", "describe", "validate", "calibrate", "tune", "measure")
+MODES = ("project", "memory", "describe", "validate", "calibrate", "tune", "measure",
+         "train")
 OUTPUTS = ("table", "json")
 
 

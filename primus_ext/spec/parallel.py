@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from primus_ext.spec._check import check_types, non_negative, one_of, positive
+from primus_ext.spec.legal_megatron import FSDP_IMPLS
 from primus_ext.spec.torchtitan import SCHEDULE_SIM
 
 TORCHTITAN_SCHEDULES = tuple(SCHEDULE_SIM) + ("LoopedBFS", "DualPipeV")
@@ -48,6 +49,11 @@ class ParallelSpec:
     sequence_parallel: bool = False
     use_distributed_optimizer: bool = True
     fsdp: bool = False
+    # Which FSDP runs under fsdp=True (framework=megatron): Megatron-FSDP
+    # (--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params) or
+    # PyTorch FSDP2 (--use-torch-fsdp2), each within Megatron-LM's own rules
+    # (spec/legal_megatron.py).
+    fsdp_impl: str = "megatron_fsdp"
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
@@ -157,6 +163,7 @@ class ParallelSpec:
                              "'Partial DistOpt cannot be used without DistOpt'; Megatron-"
                              "FSDP shards within an instance: HSDP)")
         one_of(_OWNER, "schedule", self.schedule, SCHEDULES)
+        one_of(_OWNER, "fsdp_impl", self.fsdp_impl, FSDP_IMPLS)
         one_of(_OWNER, "cp_comm_type", self.cp_comm_type, ("p2p", "a2a", "allgather"))
         one_of(_OWNER, "grad_buffer", self.grad_buffer, GRAD_BUFFERS)
         one_of(_OWNER, "moe_token_dispatcher_type", self.moe_token_dispatcher_type,

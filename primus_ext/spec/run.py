@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 
 from primus_ext.spec._check import check_types
 from primus_ext.spec.cluster import ClusterSpec
+from primus_ext.spec.legal_megatron import check_spec
 from primus_ext.spec.layout import PipelineLayout, pipeline_layout
 from primus_ext.spec.model import ModelSpec
 from primus_ext.spec.parallel import TORCHTITAN_SCHEDULES, ParallelSpec
@@ -36,6 +37,9 @@ class RunSpec:
             check_megatron_only(self.parallel, self.train)
         check_run(self.model, self.parallel, self.train, self.cluster,
                   self.framework)
+        if self.framework != "torchtitan":
+            # Megatron-LM's own argument checks on the line the recipe writes.
+            check_spec(self.model, self.parallel, self.train)
         object.__setattr__(self, "layout", pipeline_layout(
             self.model.num_layers, layout_parallel(self.model, self.parallel,
                                                    self.framework)))

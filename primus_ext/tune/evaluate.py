@@ -7,6 +7,8 @@ projected exactly as ``mode=project`` projects it; the trial keeps a compact cop
 Estimate (figures, breakdown, memory peak) for the journal, the search and the report.
 ``tune.memory_margin`` is a reported risk, not a filter: a fitting peak within that share
 of the device is marked ``memory_tight`` (layouts that ran sit there: 167 GiB on B200).
+A published layout of the job ran: the memory model does not reject it; a peak over the
+device is marked ``memory_over_device`` (and tight) instead.
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from primus_ext.spec import RunSpec
 from primus_ext.tune.space import AXES, Point, SearchSpace, as_dict
 from primus_ext.tune.settings import TuneSettings
 
+# Trial sources of published layouts (tune.reference): layouts that ran.
+PUBLISHED_SOURCES = ("reference", "published")
 VERDICTS = ("ok", "oom", "illegal", "skipped", "out_of_space", "error")
 
 
@@ -215,7 +219,7 @@ class Evaluator:
         LLM loop and the reference layout bring their own limits)."""
         point = self.space.normalize(point)
         hit = self.cache.get(point)
-        if hit is not None:
+        if hit is not None and not (hit.verdict == "oom" and source in PUBLISHED_SOURCES):
             return hit
         trial = Trial(point=point, source=source, verdict="ok", hypothesis=hypothesis)
         off_axis = self.space.in_space(point) if check_space else None
@@ -234,13 +238,15 @@ class Evaluator:
             self.num_off_axis += bool(self.space.in_space(point))
             done = self.prefetched.get(point)
             if done is None:
-                self._score(spec, trial)
+                self._score(spec, trial, ran=source in PUBLISHED_SOURCES)
             else:
                 self._reuse(done, trial)
         self._record(trial, journal=True)
         return trial
 
-    def _score(self, spec: RunSpec, trial: Trial) -> None:
+    def _score(self, spec: RunSpec, trial: Trial, ran: bool = False) -> None:
+        """``ran``: a published layout of the job; it ran, so a memory verdict over the
+        device does not reject it (the trial says so: ``memory_over_device``)."""
         margin = self.settings.memory_margin
         try:
             mem = self.memory_fn(spec)
@@ -249,7 +255,7 @@ class Evaluator:
                 fits = bool(mem.fits)
             else:
                 fits = mem.peak_bytes <= device
-            if not fits:
+            if not fits and not ran:
                 trial.verdict = "oom"
                 trial.reason = (f"peak {mem.peak_bytes / 2**30:.1f} GiB > "
                                 f"{device / 2**30:.1f} GiB")
@@ -265,6 +271,7 @@ class Evaluator:
         metrics = compact_estimate(est, spec, mem.peak_bytes, device)
         metrics["cost_per_mtok"] = cost_per_mtok(metrics, gpu_hour_cost(spec, self.settings))
         metrics["memory_tight"] = is_tight(metrics, margin)
+        metrics["memory_over_device"] = not fits
         trial.metrics = metrics
         trial.score = objective_score(metrics, self.settings.objective)
 

@@ -2,7 +2,7 @@
 
 The recompute axis folds three TrainSpec fields into one label ('none', 'selective',
 'full-<method>-<num_layers>'); the sharding axis folds ParallelSpec's fsdp and
-use_distributed_optimizer ('fsdp', 'distributed_optimizer', 'none').
+use_distributed_optimizer ('fsdp', 'torch_fsdp2', 'distributed_optimizer', 'none').
 """
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ IDX = {a: i for i, a in enumerate(AXES)}
 (_TP, _PP, _VPP, _EP, _ETP, _SHARD, _SP, _OPG, _TPO, _SCHED) = (
     IDX[a] for a in ("tp", "pp", "vpp", "ep", "etp", "sharding", "sequence_parallel",
                      "overlap_param_gather", "tp_comm_overlap", "schedule"))
-SHARDINGS = ("distributed_optimizer", "fsdp", "none")
+# Megatron-LM's sharding choices: its distributed optimizer, Megatron-FSDP ('fsdp':
+# --use-megatron-fsdp with optim_grads_params), PyTorch FSDP2 ('torch_fsdp2': no PP, no
+# EP, untied embeddings; spec/legal_megatron.py) and plain DDP ('none').
+SHARDINGS = ("distributed_optimizer", "fsdp", "torch_fsdp2", "none")
 # framework=torchtitan: the recompute axis holds the activation-checkpoint policy and the
 # sharding axis FSDP2 (dp_shard = all data-parallel ranks) or HSDP (one replica per
 # node: dp_replicate = num_nodes, FSDP2 inside the node).
@@ -57,7 +60,7 @@ def sharding_of(par, framework: str = "megatron") -> str:
     if framework == "torchtitan":
         return "hsdp" if par.dp_replicate > 1 else "fsdp"
     if par.fsdp:
-        return "fsdp"
+        return "torch_fsdp2" if par.fsdp_impl == "torch_fsdp2" else "fsdp"
     return "distributed_optimizer" if par.use_distributed_optimizer else "none"
 
 

@@ -221,8 +221,8 @@ class SearchSpace:
             d[_SCHED] = "auto"
         elif d[_SCHED] in ("1f1b", "interleaved"):
             d[_SCHED] = "auto"
-        if d[_SHARD] == "none":
-            d[_OPG] = False  # needs the distributed optimizer
+        if d[_SHARD] in ("none", "torch_fsdp2"):
+            d[_OPG] = False  # Megatron-LM: distributed optimizer or Megatron-FSDP only
         if self.titan and d[_SHARD] == "hsdp" and d[IDX["num_nodes"]] == 1:
             d[_SHARD] = "fsdp"  # one replica: HSDP is FSDP
         return tuple(d)
@@ -276,7 +276,9 @@ class SearchSpace:
             raise ValueError(f"sharding={sharding!r} must be one of {', '.join(SHARDINGS)}")
         kwargs = dict(tp=d["tp"], pp=d["pp"], vpp=d["vpp"], cp=d["cp"], ep=d["ep"],
                       etp=d["etp"], sequence_parallel=d["sequence_parallel"],
-                      fsdp=sharding == "fsdp",
+                      fsdp=sharding in ("fsdp", "torch_fsdp2"),
+                      fsdp_impl=("torch_fsdp2" if sharding == "torch_fsdp2"
+                                 else "megatron_fsdp"),
                       use_distributed_optimizer=sharding == "distributed_optimizer",
                       overlap_grad_reduce=d["overlap_grad_reduce"],
                       overlap_param_gather=d["overlap_param_gather"],
@@ -363,7 +365,8 @@ class SearchSpace:
                 or (axis == "vpp" and v == 1 and d["pp"] == 1)
                 or (axis == "schedule" and v == "auto"
                     and (d["pp"] == 1 or bool({"1f1b", "interleaved"} & set(self.axes[axis]))))
-                or (axis == "overlap_param_gather" and not v and d["sharding"] == "none"))
+                or (axis == "overlap_param_gather" and not v
+                    and d["sharding"] in ("none", "torch_fsdp2")))
 
     def summary(self) -> dict:
         self.legal_points()

@@ -121,6 +121,22 @@ def test_fp8_gemms_faster_and_attention_unchanged():
     assert f8["fc1"].fwd_bytes > bf["fc1"].fwd_bytes / 2  # casts are counted
 
 
+def test_fp8_current_scaling_reads_each_operand_for_its_amax():
+    """Transformer Engine's Float8CurrentScalingQuantizer::quantize (csrc/quantizer.cpp)
+    runs nvte_compute_amax over the BF16 operand, nvte_compute_scale_from_amax, then
+    nvte_quantize_v2: one more read of the operand (2 B an element) and two more kernels
+    than a cast with a known scale (delayed scaling)."""
+    def fc1(recipe):
+        spec = run(llama70b(), tp=8, sequence_parallel=True,
+                   train=dict(seq_length=8192, precision="fp8", fp8_recipe=recipe))
+        return _ops(spec)["fc1"], spec
+    cur, spec = fc1("tensorwise")
+    dly, _ = fc1("delayed")
+    sh = Shapes(spec)
+    assert cur.fwd_bytes - dly.fwd_bytes == pytest.approx(2.0 * sh.tokens * sh.hidden)
+    assert cur.fwd_kernels - dly.fwd_kernels == 2 and cur.fwd_s > dly.fwd_s
+
+
 @pytest.mark.parametrize("cf,pad", [(None, False), (0.5, False), (1.25, False),
                                     (0.5, True), (1.25, True)])
 def test_token_dropping_rows_match_megatron_core(cf, pad):

@@ -14,6 +14,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from primus_ext.frameworks.megatron.args import parse_launch_args
+from primus_ext.spec.legal_megatron import (recipe_max_position_embeddings,
+                                            recipe_overlap_param_gather)
 from primus_ext.frameworks.megatron.flags import megatron_argv
 from primus_ext.presets import hardware_preset
 from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec
@@ -188,7 +190,15 @@ def _legal_spec(data) -> RunSpec:
         assume(False)
     if spec.layout.how == "balanced" and spec.parallel.pipeline_layout is None:
         assume(False)  # the tuner writes these as a layout string; covered below
-    return spec
+    # Without a learned position table the recipe raises --max-position-embeddings to
+    # the sequence length (Megatron-LM requires max_position_embeddings >= seq_length).
+    # --overlap-param-gather only where Megatron-LM takes it (with --overlap-grad-reduce
+    # and the distributed optimizer or Megatron-FSDP).
+    mpe = recipe_max_position_embeddings(spec.model, spec.train)
+    return dataclasses.replace(
+        spec, model=dataclasses.replace(spec.model, max_position_embeddings=mpe),
+        parallel=dataclasses.replace(
+            spec.parallel, overlap_param_gather=recipe_overlap_param_gather(spec.parallel)))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from primus_ext.frameworks.megatron.args import parse_launch_args
 from primus_ext.frameworks.megatron.no_effect import NO_EFFECT
 from primus_ext.frameworks.megatron.table import BY_NAME, FLAGS
@@ -28,6 +30,7 @@ def test_no_flag_is_both_modelled_and_no_effect():
 def test_absent_flags_take_megatron_defaults_from_the_table():
     la = parse_launch_args(["--num-layers", "2", "--hidden-size", "64",
                             "--num-attention-heads", "4", "--seq-length", "128",
+                            "--max-position-embeddings", "128",
                             "--target-nodes", "1", "--target-hardware", "h100"])
     m, p, t = la.spec.model, la.spec.parallel, la.spec.train
     assert m.normalization == BY_NAME["--normalization"].default
@@ -38,3 +41,12 @@ def test_absent_flags_take_megatron_defaults_from_the_table():
     assert t.micro_batch_size == BY_NAME["--micro-batch-size"].default
     assert t.optimizer == BY_NAME["--optimizer"].default
     assert any("ASSUMED 32000" in n for n in la.notes)  # no tokenizer flags at all
+
+
+def test_a_line_without_max_position_embeddings_is_refused_as_megatron_refuses_it():
+    # Megatron-LM core_v0.16.1 arguments.py:799 (required_args): "max_position_embeddings
+    # argument is None".
+    with pytest.raises(ValueError, match="max_position_embeddings argument is None"):
+        parse_launch_args(["--num-layers", "2", "--hidden-size", "64",
+                           "--num-attention-heads", "4", "--seq-length", "128",
+                           "--target-nodes", "1", "--target-hardware", "h100"])

@@ -15,8 +15,8 @@ from primus_ext.spec.model import padded_vocab
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "launch_scripts"
 BASE = ["--num-layers", "4", "--hidden-size", "512", "--num-attention-heads", "8",
-        "--seq-length", "1024", "--bf16", "--target-hardware", "h100",
-        "--target-nodes", "1", "--target-gpus-per-node", "8"]
+        "--seq-length", "1024", "--max-position-embeddings", "1024", "--bf16",
+        "--target-hardware", "h100", "--target-nodes", "1", "--target-gpus-per-node", "8"]
 MOE = BASE + ["--num-experts", "8", "--moe-router-topk", "2"]
 
 

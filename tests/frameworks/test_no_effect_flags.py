@@ -29,7 +29,7 @@ def test_no_moe_or_cuda_graph_flag_is_no_effect(name):
 
 def test_an_unread_moe_flag_is_reported_not_modelled():
     argv = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
-            "--seq-length", "128", "--num-experts", "4", "--moe-token-drop-policy", "position",
+            "--seq-length", "128", "--max-position-embeddings", "128", "--num-experts", "4", "--moe-token-drop-policy", "position",
             "--moe-grouped-gemm", "--target-hardware", "h100", "--target-nodes", "1",
             "--target-gpus-per-node", "8"]
     la = parse_launch_args(argv)
@@ -43,7 +43,7 @@ def test_router_terms_are_read_from_their_flags():
     """megatron-core moe/router.py: each optional term of the router, as its flag
     turns it on (the aux loss only with a positive coefficient)."""
     base = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
-            "--seq-length", "128", "--num-experts", "8", "--target-hardware", "h100",
+            "--seq-length", "128", "--max-position-embeddings", "128", "--num-experts", "8", "--target-hardware", "h100",
             "--target-nodes", "1", "--target-gpus-per-node", "8"]
     la = parse_launch_args(base + ["--moe-aux-loss-coeff", "1e-2", "--moe-z-loss-coeff",
                                    "1e-3", "--moe-router-score-function", "sigmoid",

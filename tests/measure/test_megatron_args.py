@@ -1,6 +1,8 @@
 """Megatron-LM flags -> RunSpec: defaults, round trip with the recipe emitter."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from primus_ext import compose
@@ -9,7 +11,8 @@ from primus_ext.frameworks.megatron.args import parse_launch_args, parse_megatro
     warning_lines
 
 BASE = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "8",
-        "--seq-length", "512", "--micro-batch-size", "1", "--global-batch-size", "8",
+        "--seq-length", "512", "--max-position-embeddings", "512", "--micro-batch-size",
+        "1", "--global-batch-size", "8",
         "--target-hardware", "cpu", "--target-gpus-per-node", "2"]
 
 
@@ -50,7 +53,13 @@ def test_round_trip_with_the_recipe_emitter(overrides):
                                   "--target-hardware", spec.cluster.hardware.name]
     if spec.cluster.gpus_per_node:
         argv += ["--target-gpus-per-node", str(spec.cluster.gpus_per_node)]
-    assert parse_megatron_args(argv, name=spec.model.name) == spec
+    # Without a learned position table the recipe writes max(max_position_embeddings,
+    # seq_length): Megatron-LM requires max_position_embeddings >= seq_length.
+    from primus_ext.spec.legal_megatron import recipe_max_position_embeddings
+    expected = dataclasses.replace(spec, model=dataclasses.replace(
+        spec.model,
+        max_position_embeddings=recipe_max_position_embeddings(spec.model, spec.train)))
+    assert parse_megatron_args(argv, name=spec.model.name) == expected
 
 
 def test_megatron_defaults_when_flags_are_absent():

@@ -155,3 +155,23 @@ def test_public_entry_point_is_callable():
                         {**SETTINGS, "strategy": "guided", "budget": {"candidates": 20}},
                         memory_fn=fake_memory, project_fn=fake_project, write=False)
     assert r.best is not None and r.stats["evaluated"] <= 20
+
+
+def test_published_layout_over_the_device_stays_a_candidate():
+    """A published layout ran: the memory model putting it over the device marks it,
+    and does not reject it, even when the planner met the point first."""
+    from tune_fakes import FakeMemory
+
+    spec = _spec(tp=4, pp=4, sequence_parallel=True)
+    space = SearchSpace(spec)
+
+    def over(s):
+        return FakeMemory(peak_bytes=s.cluster.hardware.hbm_bytes + 1,
+                          device_bytes=s.cluster.hardware.hbm_bytes)
+    ev = Evaluator(space, TuneSettings(progress=False), memory_fn=over,
+                   project_fn=fake_project)
+    assert ev.evaluate(point_of(spec), "planner").verdict == "oom"
+    t = ev.evaluate(point_of(spec), "reference")
+    assert t.verdict == "ok" and t.metrics["memory_over_device"] and \
+        t.metrics["memory_tight"]
+    assert ev.best is t

@@ -28,6 +28,7 @@ from primus_ext.frameworks.megatron.impl_flags import (cuda_graph_scope, moe_imp
 from primus_ext.frameworks.megatron.line_flags import (check_optimizer, cross_entropy,
                                                      global_batch, refuse_other_models)
 from primus_ext.frameworks.megatron.model_flags import model_spec
+from primus_ext.frameworks.megatron.line_rules import check_line
 from primus_ext.frameworks.megatron.no_effect import (LISTED_NOT_MODELLED, NO_EFFECT,
                                                     split_unknown)
 from primus_ext.frameworks.megatron.table import BY_NAME, FLAGS
@@ -237,6 +238,7 @@ def _parallel(ns, n: Notes) -> ParallelSpec:
         tp=ns.tensor_model_parallel_size, pp=pp, vpp=vpp, cp=ns.context_parallel_size,
         ep=ns.expert_model_parallel_size, etp=etp, sequence_parallel=sp,
         use_distributed_optimizer=ns.use_distributed_optimizer and not fsdp, fsdp=fsdp,
+        fsdp_impl="torch_fsdp2" if ns.use_torch_fsdp2 else "megatron_fsdp",
         num_distributed_optimizer_instances=ns.num_distributed_optimizer_instances,
         overlap_grad_reduce=ns.overlap_grad_reduce,
         overlap_param_gather=ns.overlap_param_gather, tp_comm_overlap=tp_overlap,
@@ -360,6 +362,7 @@ def parse_launch_args(argv: list[str] | None = None, *, name: str | None = None
     argv = list(sys.argv[1:] if argv is None else argv)
     refuse_other_models(argv)
     ns, unknown = _parser().parse_known_args(argv)
+    check_line(ns, unknown)  # what Megatron-LM's validate_args refuses, with its reason
     n = Notes()
     spec = _spec(ns, name, n)
     not_mod, no_eff = split_unknown(unknown, n.not_modelled)

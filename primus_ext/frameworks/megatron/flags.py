@@ -15,6 +15,8 @@ import shlex
 from primus_ext.frameworks.megatron.layout_string import layout_string
 from primus_ext.frameworks.megatron.table import BY_NAME
 from primus_ext.spec import RunSpec
+from primus_ext.spec.legal_megatron import (args_of_spec, recipe_max_position_embeddings,
+                                            required_env)
 
 FP8_FORMAT = "hybrid"  # e4m3 forward, e5m2 backward: Transformer Engine's usual recipe
 
@@ -55,8 +57,8 @@ def model_args(spec: RunSpec) -> list:
     if m.num_query_groups is not None:
         a += ["--group-query-attention", "--num-query-groups", m.num_query_groups]
     a.value("--kv-channels", m.kv_channels)
-    if m.max_position_embeddings != spec.train.seq_length:
-        a += ["--max-position-embeddings", m.max_position_embeddings]
+    # Always written: Megatron-LM requires it (legal_megatron, arguments.py:799).
+    a += ["--max-position-embeddings", recipe_max_position_embeddings(m, spec.train)]
     a.value("--position-embedding-type", m.position_embedding_type)
     a.value("--rotary-percent", m.rotary_percent)
     a.value("--normalization", m.normalization)
@@ -167,14 +169,17 @@ def parallel_args(spec: RunSpec) -> list:
             a += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
         a.switch("--moe-shared-expert-overlap", p.moe_shared_expert_overlap)
     a.switch("--sequence-parallel", p.sequence_parallel)
-    if p.fsdp:
+    legal = args_of_spec(spec.model, p, spec.train)
+    if legal["use_torch_fsdp2"]:
         a.append("--use-torch-fsdp2")  # needs --no-gradient-accumulation-fusion (below)
-    a.switch("--use-distributed-optimizer", p.use_distributed_optimizer and not p.fsdp)
+    if legal["use_megatron_fsdp"]:
+        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+              "optim_grads_params", "--ckpt-format", legal["ckpt_format"]]
+    a.switch("--use-distributed-optimizer", legal["use_distributed_optimizer"])
     a.value("--num-distributed-optimizer-instances", p.num_distributed_optimizer_instances)
     a.switch("--overlap-grad-reduce", p.overlap_grad_reduce)
-    a.switch("--overlap-param-gather",
-             p.overlap_param_gather and (p.use_distributed_optimizer or p.fsdp))
-    a.switch("--tp-comm-overlap", p.tp_comm_overlap)
+    a.switch("--overlap-param-gather", legal["overlap_param_gather"])
+    a.switch("--tp-comm-overlap", legal["tp_comm_overlap"])
     return list(a)
 
 
@@ -279,6 +284,11 @@ def torchrun_script(spec: RunSpec, title: str = "") -> str:
              *_default_env("PRIMUS_TARGET_HARDWARE", c.hardware.name)]
     if c.gpus_per_node is not None:
         lines.append(f"export GPUS_PER_NODE=${{GPUS_PER_NODE:-{c.gpus_per_node}}}")
+    for name, value in required_env(args_of_spec(spec.model, spec.parallel,
+                                                 spec.train)).items():
+        # Megatron-LM core_v0.16.1 validate_args (arguments.py:951): TP or CP > 1 without
+        # FSDP needs CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell.
+        lines.append(f"export {name}={value}")
     if spec.train.deterministic_mode:
         # Megatron-LM core_v0.16.1 validate_args asserts NCCL_ALGO under
         # --deterministic-mode; megatron-core's TE attention refuses it unless
@@ -291,7 +301,7 @@ def torchrun_script(spec: RunSpec, title: str = "") -> str:
                         "has no flag for it (Primus: --enable-zero-bubble), so this line "
                         "runs 1F1B.")
     if spec.parallel.tp_comm_overlap or spec.parallel.fsdp:
-        lines.insert(3, "# Needs Transformer Engine (tp-comm-overlap) / torch FSDP2 support "
+        lines.insert(3, "# Needs Transformer Engine (tp-comm-overlap) / FSDP support "
                         "in the Megatron-LM build.")
     lines += ["", "torchrun \\",
               f"  --nnodes $NNODES --nproc-per-node {c.node_size} \\",

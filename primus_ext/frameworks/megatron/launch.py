@@ -89,9 +89,20 @@ def train(la) -> dict:
         for key in sorted(med):
             print(f"  rank {rank} {key[0]} {key[1]}: {med[key] * 1e3:.3f} ms", flush=True)
     out = {"spec": dataclasses.asdict(spec.parallel), "world": world, "median_step_s": median,
-           "steps": steps}
+           "steps": steps, "max_memory_allocated_bytes": _max_allocated()}
     dist.barrier()
     return out
+
+
+def _max_allocated() -> int | None:
+    """torch.cuda.max_memory_allocated, the largest over ranks (None on a CPU)."""
+    import torch
+    import torch.distributed as dist
+    if not torch.cuda.is_available():
+        return None
+    t = torch.tensor([torch.cuda.max_memory_allocated()], dtype=torch.float64).cuda()
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
 
 
 def _loss_everywhere(loss: float) -> float:

@@ -131,6 +131,9 @@ def model_spec(ns, name: str | None, notes) -> ModelSpec:
         moe_shared_expert_intermediate_size=ns.moe_shared_expert_intermediate_size,
         moe_layer_freq=freq, moe_first_k_dense=first_k,
         multi_latent_attention=ns.multi_latent_attention, q_lora_rank=ns.q_lora_rank,
-        kv_lora_rank=ns.kv_lora_rank, qk_head_dim=ns.qk_head_dim,
+        # Megatron-LM's --kv-lora-rank default is 32 (core_v0.16.1 arguments.py:2727);
+        # without MLA the field is unused and keeps the spec's default.
+        **({"kv_lora_rank": ns.kv_lora_rank} if ns.multi_latent_attention else {}),
+        qk_head_dim=ns.qk_head_dim,
         qk_pos_emb_head_dim=ns.qk_pos_emb_head_dim, v_head_dim=ns.v_head_dim,
         mtp_num_layers=ns.mtp_num_layers or 0)

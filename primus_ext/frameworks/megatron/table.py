@@ -137,7 +137,7 @@ MOE = (
 MLA = (
     _f("--multi-latent-attention", "model.multi_latent_attention", False),
     _f("--q-lora-rank", "model.q_lora_rank", type=int),
-    _f("--kv-lora-rank", "model.kv_lora_rank", 512, int),
+    _f("--kv-lora-rank", "model.kv_lora_rank", 32, int),  # core_v0.16.1 arguments.py:2727
     _f("--qk-head-dim", "model.qk_head_dim", 128, int),
     _f("--qk-pos-emb-head-dim", "model.qk_pos_emb_head_dim", 64, int),
     _f("--v-head-dim", "model.v_head_dim", 128, int),
@@ -168,7 +168,7 @@ PARALLEL = (
     _f("--use-distributed-optimizer", "parallel.use_distributed_optimizer", False),
     _f("--use-torch-fsdp2", "parallel.fsdp", False),
     _f("--use-megatron-fsdp", "parallel.fsdp", False),
-    _f("--data-parallel-sharding-strategy", "parallel.fsdp", "optim_grads_params", str,
+    _f("--data-parallel-sharding-strategy", "parallel.fsdp", "no_shard", str,
        choices=("no_shard", "optim", "optim_grads", "optim_grads_params")),
     _f("--num-distributed-optimizer-instances",
        "parallel.num_distributed_optimizer_instances", 1, int),
