@@ -29,6 +29,7 @@ from primus_ext.project.validate import percentile, summarize  # noqa: E402
 from primus_ext.presets import hardware_preset  # noqa: E402
 from primus_ext.published import DEFAULT_PATH, read_runs  # noqa: E402
 from primus_ext.published.golden import as_runs, read_golden  # noqa: E402
+from scripts.band_report import band_section  # noqa: E402
 from scripts.golden_report import golden_section, moe_apart_section  # noqa: E402
 
 OUT = ROOT / "docs" / "accuracy.md"
@@ -288,7 +289,7 @@ def report(loso: bool = True) -> str:
              *grouped(tables), "", *torchtitan_rows(results, by_id), "", *constants(calib),
              ""]
     if held is not None:
-        lines += [*loso_table(held, seconds), ""]
+        lines += [*loso_table(held, seconds), "", *band_section(held, runs), ""]
     lines += [*golden_section(calib, lofo=loso), "", *moe_apart_section(), ""]
     lines += [LIMITS]
     lines += rows_table(results, {r.run_id: r for r in runs})

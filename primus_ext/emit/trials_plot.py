@@ -135,6 +135,8 @@ def plot_trials(trials: Iterable, path, *, winner=None, baseline=None,
         if pt is None:
             continue
         detail = f"\n{_wrap(pt['label'])}" if pt["label"] else ""
+        if per_kind and pt["hardware"]:
+            detail = f" on {pt['hardware']}{detail}"
         if pt["tps"] is None:  # e.g. the user's own layout did not fit
             label = f"{name}: does not fit ({pt['mem_gib']:.1f} GiB){detail}"
             y = 0.0

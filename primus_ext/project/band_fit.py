@@ -63,6 +63,7 @@ def band_file(rows: list[dict], min_rows: int = bands.MIN_ROWS) -> dict:
     corr = layout_correlation(rows)
     return {"schema_version": bands.SCHEMA_VERSION, "coverage": bands.COVERAGE,
             "quantiles": [bands.LOW_Q, bands.HIGH_Q], "min_rows": min_rows,
+            "min_sources": bands.MIN_SOURCES,
             "features": list(bands.FEATURES), "drop_order": list(order),
             "rho": corr["rho"], "layout_pairs": corr,
             "sets": {k: sum(1 for r in rows if r["set"] == k)

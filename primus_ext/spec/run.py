@@ -138,8 +138,11 @@ def check_run(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
                 f"parallel.ep*etp={par.ep}*{etp}={par.ep * etp} does not divide the "
                 f"expert-parallel world world/pp={world}/{par.pp}={world // par.pp}")
         if par.tp > 1 and not par.sequence_parallel:
+            # megatron-core 0.16.1 transformer/moe/moe_layer.py:379 raises it in training.
             raise ValueError(f"MoE with parallel.tp={par.tp} > 1 requires "
-                             "parallel.sequence_parallel=True (megatron-core's rule)")
+                             "parallel.sequence_parallel=True (megatron-core MoELayer: "
+                             "'MoE and tensor parallelism are enabled without also "
+                             "enabling sequence parallelism')")
     elif par.ep > 1:
         raise ValueError(f"parallel.ep={par.ep} > 1 needs an MoE model "
                          f"(model.num_moe_experts={model.num_moe_experts})")

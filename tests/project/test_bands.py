@@ -34,15 +34,18 @@ def test_predictive_quantile_widens_small_samples():
 
 
 def test_small_group_falls_back_to_a_wider_one():
-    rows = ([_row(1.0 + i / 100) for i in range(10)]
-            + [_row(0.5 + i / 100, hardware="amd") for i in range(3)])
+    rows = ([_row(1.0 + i / 100, source=f"s{i % 2}") for i in range(10)]
+            + [_row(0.5 + i / 100, hardware="amd", source=f"s{i % 2}") for i in range(3)]
+            + [_row(0.7 + i / 100, hardware="ampere", source="one") for i in range(9)])
     order = ("hardware", "arch", "scale", "recompute", "host")
-    groups = bands.build_groups(rows, order, min_rows=8)
+    groups = bands.build_groups(rows, order, min_rows=8, min_sources=2)
     table = bands.BandTable(groups=groups, drop_order=order, rho=0.0)
     key, g = table.lookup({**_row(1.0), "hardware": "hopper"})
     assert key.startswith("arch=dense,hardware=hopper") and g["rows"] == 10
     key, g = table.lookup({**_row(1.0), "hardware": "amd"})  # 3 rows: too few
-    assert "hardware" not in key and g["rows"] == 13
+    assert "hardware" not in key and g["rows"] == 22
+    key, g = table.lookup({**_row(1.0), "hardware": "ampere"})  # 9 rows, one source
+    assert "hardware" not in key and g["rows"] == 22
     assert table.lookup({**_row(1.0), "hardware": "amd", "arch": "moe",
                          "scale": "1-8", "host": "host-bound",
                          "recompute": "inferred"})[0] == "all"

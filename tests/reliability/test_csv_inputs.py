@@ -115,7 +115,7 @@ def test_calibrate_writes_under_the_home_and_is_used_by_name(tmp_path):
     assert json.loads(run.stdout)["calibration"] == str(written)
     assert _digest(CALIBRATION) == before  # the package is never written
     fitted = json.loads(written.read_text())["hardware"]["h100"]
-    job = ["model=gpt3_5b", "output=json"]
+    job = ["model=gpt3_5b", "train.seq_length=2048", "output=json"]  # learned positions: 2048
     default = json.loads(app(["mode=project", *job], home).stdout)
     mine = json.loads(app(["mode=project", *job, f"calibration={written}"], home).stdout)
     assert fitted and mine["step_time_s"] != default["step_time_s"]

@@ -29,9 +29,9 @@ from primus_ext.frameworks.megatron.line_flags import (check_optimizer, cross_en
                                                      global_batch, refuse_other_models)
 from primus_ext.frameworks.megatron.model_flags import model_spec
 from primus_ext.frameworks.megatron.line_rules import check_line
-from primus_ext.frameworks.megatron.no_effect import (LISTED_NOT_MODELLED, NO_EFFECT,
-                                                    split_unknown)
-from primus_ext.frameworks.megatron.table import BY_NAME, FLAGS
+from primus_ext.frameworks.megatron.no_effect import is_known  # noqa: F401 (re-export)
+from primus_ext.frameworks.megatron.no_effect import split_unknown
+from primus_ext.frameworks.megatron.table import FLAGS
 from primus_ext.frameworks.megatron.target import default_target_note, target_cluster
 from primus_ext.spec import ParallelSpec, RunSpec, TrainSpec
 
@@ -366,6 +366,9 @@ def parse_launch_args(argv: list[str] | None = None, *, name: str | None = None
     n = Notes()
     spec = _spec(ns, name, n)
     not_mod, no_eff = split_unknown(unknown, n.not_modelled)
+    from primus_ext.util.files import check_outputs
+    check_outputs({"--projection-out": ns.projection_out, "--profile-out": ns.profile_out,
+                   "--timings-out": ns.timings_out}, {"--recipe-out": ns.recipe_out})
     return LaunchArgs(spec=spec, train_iters=ns.train_iters or 10,
                       project_only=ns.project_only,
                       projection_backend=ns.projection_backend,
@@ -398,7 +401,3 @@ def warning_lines(la: LaunchArgs) -> list[str]:
         out.append("primus-ext: no effect on step time or memory: " + " ".join(la.no_effect))
     return out
 
-
-def is_known(flag: str) -> bool:
-    """Whether a flag is modelled (the table) or listed as having no effect."""
-    return flag in BY_NAME or flag in NO_EFFECT or flag in LISTED_NOT_MODELLED

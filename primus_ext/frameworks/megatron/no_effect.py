@@ -340,3 +340,10 @@ def split_unknown(unknown: list[str], not_modelled: list[str]
         else:
             not_mod.append(x)
     return tuple(not_mod), tuple(no_eff)
+
+
+def is_known(flag: str) -> bool:
+    """Whether a flag is read (the flag table) or listed: no effect, or not modelled
+    with its reason."""
+    from primus_ext.frameworks.megatron.table import BY_NAME
+    return flag in BY_NAME or flag in NO_EFFECT or flag in LISTED_NOT_MODELLED

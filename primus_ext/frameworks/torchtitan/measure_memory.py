@@ -144,13 +144,19 @@ def _unsharded_storages(parts) -> dict[int, int]:
     """Storages of FSDP2's unsharded parameters alive now (the groups that were not
     resharded after forward: ``reshard_after_forward=False``, as torchtitan sets it for
     the last group and under PP). torch 2.13: ``FSDPModule._get_fsdp_state()
-    ._fsdp_param_group.fsdp_params[i]._unsharded_param``."""
+    ._fsdp_param_groups[g].fsdp_params[i]._unsharded_param``."""
     ptrs: dict[int, int] = {}  # storage address -> bytes
     for part in parts:
         for mod in part.modules():
             get = getattr(mod, "_get_fsdp_state", None)
-            group = getattr(get(), "_fsdp_param_group", None) if get else None
-            for fp in getattr(group, "fsdp_params", ()) or ():
+            state = get() if get else None
+            # An MoE block holds two groups (dense params on ``fsdp``, experts on
+            # ``efsdp``): ``_fsdp_param_groups``; ``_fsdp_param_group`` raises then.
+            groups = getattr(state, "_fsdp_param_groups", None)
+            if groups is None:
+                groups = [getattr(state, "_fsdp_param_group", None)]
+            fps = [fp for g in groups if g is not None for fp in g.fsdp_params or ()]
+            for fp in fps:
                 t = getattr(fp, "_unsharded_param", None)
                 t = getattr(t, "_local_tensor", t)  # a DTensor under TP
                 if t is not None and t.untyped_storage().nbytes() > 0:
