@@ -15,9 +15,14 @@ import sys
 from typing import Mapping
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from primus_ext.modes import NotAvailable, dispatch
+
+
+if not OmegaConf.has_resolver("primus_job_subdir"):
+    OmegaConf.register_new_resolver(
+        "primus_job_subdir", lambda mode: ".hydra" if str(mode).endswith("MULTIRUN") else None)
 
 
 def _fail(msg: str, code: int = 2):
@@ -28,7 +33,12 @@ def _fail(msg: str, code: int = 2):
 @hydra.main(version_base="1.3", config_path="pkg://hydra_conf", config_name="config")
 def _app(cfg: DictConfig):
     try:
-        return dispatch(cfg)
+        if _is_multirun() and cfg.get("output", "table") == "table":
+            return _sweep_job(cfg)
+        try:
+            return dispatch(cfg)
+        finally:
+            _drop_empty_run_dir()
     except (ValueError, NotAvailable, OSError) as exc:
         # OSError: a path the user named that cannot be read or written (permissions, a
         # full disk); anything else is a defect of this program and keeps its traceback.
@@ -40,6 +50,32 @@ def _app(cfg: DictConfig):
             print(f"primus-ext: {msg}", file=sys.stderr)
             return {"verdict": "illegal", "error": msg}
         _fail(msg)
+
+
+def _sweep_job(cfg: DictConfig):
+    """One job of a multirun: its full output goes to output.txt in its job directory,
+    and one line here, so the sweep's ranked summary is what the terminal shows."""
+    import contextlib
+
+    from hydra.core.hydra_config import HydraConfig
+
+    hc = HydraConfig.get()
+    path = os.path.join(hc.runtime.output_dir, "output.txt")
+    with open(path, "w") as f, contextlib.redirect_stdout(f):
+        result = dispatch(cfg)
+    print(f"job {hc.job.num}: {' '.join(hc.overrides.task)} -> {path}", flush=True)
+    return result
+
+
+def _drop_empty_run_dir() -> None:
+    """Remove the run directory Hydra made for a single run when nothing was written
+    into it (most modes write their outputs where the user says)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        os.rmdir(HydraConfig.get().runtime.output_dir)
+    except (OSError, ValueError):
+        pass  # not empty, already gone, or no Hydra run (the Python API)
 
 
 def _message(exc: BaseException) -> str:
@@ -106,9 +142,34 @@ def torchrun_args(argv: list[str], env: Mapping[str, str],
     return argv, updates
 
 
+def check_override_syntax(args: list[str]) -> None:
+    """Raise one ValueError naming the first override Hydra's grammar cannot parse
+    (Hydra would print its lexer's exception instead of the key the user typed)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    for arg in args:
+        if arg.startswith("-") or "=" not in arg:
+            continue  # Hydra's own flags (-m, --cfg job, ...) and their values
+        try:
+            parser.parse_overrides([arg])
+        except OverrideParseException as exc:
+            key = arg.split("=", 1)[0].lstrip("+~")
+            hint = ""
+            if any(not c.isascii() and (c.isdigit() or c.isspace()) for c in arg):
+                hint = "; write numbers with ASCII digits (0-9)"
+            elif any(c in arg for c in "[]{}(),'\""):
+                hint = "; quote a value that holds brackets, commas or quotes"
+            reason = str(exc).splitlines()[0] if str(exc) else "invalid syntax"
+            raise ValueError(f"{key}: override {arg!r} is not valid Hydra override syntax "
+                             f"({reason}){hint}") from None
+
+
 def main() -> None:
     try:
         argv, env = torchrun_args(sys.argv, os.environ, os.getppid())
+        check_override_syntax(argv[1:])
     except ValueError as exc:
         _fail(str(exc))
     sys.argv[:] = argv

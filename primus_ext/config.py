@@ -127,6 +127,21 @@ def spec_and_notes(cfg: DictConfig) -> tuple[RunSpec, list[str]]:
     return RunSpec(**parts, framework=str(cfg.get("framework", "megatron"))), notes
 
 
+def layout_note(cfg: DictConfig) -> str | None:
+    """The note saying where the layout comes from: the recipe's (layout/<model>.yaml)
+    while its values stand, else one naming the overrides that replaced them."""
+    note, recipe = cfg.get("layout_note"), cfg.get("recipe_layout")
+    if not note or not recipe:
+        return note or None
+    changed = [f"parallel.{k}={cfg.parallel.get(k)}" for k, v in recipe.items()
+               if cfg.parallel.get(k) != v]
+    if not changed:
+        return note
+    wanted = " ".join(f"{k.upper()}{v}" for k, v in recipe.items())
+    return (f"layout set by {', '.join(changed)}; the recipe layout for this model is "
+            f"{wanted} (layout/{cfg.model.get('name', 'model')}.yaml)")
+
+
 _OWNERS = {HardwareSpec: "hardware"}
 _REQUIRED_MODEL = frozenset(f.name for f in dataclasses.fields(ModelSpec)
                             if f.default is dataclasses.MISSING)

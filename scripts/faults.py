@@ -51,6 +51,8 @@ def cases(work: Path, cli):
     yield from _tuner_dir(work, home, cli)
     yield from _profiles(work, home, cli)
     from faults_text import python_api, shell, trace_and_dropin
+    import faults_round3
+    yield from faults_round3.cases(work, cli)
     yield from shell(work, home, cli)
     yield from python_api()
     yield from trace_and_dropin(work, home, cli)

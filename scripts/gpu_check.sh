@@ -1,80 +1,97 @@
 #!/usr/bin/env bash
-# One GPU, one prepared check of the hybrid mode (about 4-6 minutes on an H100/H200):
+# The one command that proves the hybrid mode on the device at hand (one GPU, or this CPU).
 #
-#   1. measure a downscaled Llama-style model on the GPU and project the full-depth model
-#      (launch/pretrain_gpt.py --project-only: TE spec if Transformer Engine imports, CUDA
-#      events, no CPU patches);
-#   2. run the full-depth model for real for a few iterations;
-#   3. print projected vs measured step time, and the measured per-layer times against
-#      the simulate backend's estimate for this GPU.
+# For each case (CASES, default "dense moe"):
+#   1. the megatron-core drop-in, --project-only, hybrid backend: the measurement is
+#      planned to fit the device, measured (Transformer Engine spec when it imports on a
+#      GPU, CUDA events; megatron-core's local spec on a CPU) and projected for a 1-node
+#      target of the local hardware (1 device), so the measured times stand in;
+#   2. a real short training of the same line on the same device (ITERS iterations);
+#   3. a table: projected against measured step time and memory (CUDA: allocated peak;
+#      CPU: the resident-set growth, as a CPU keeps no allocator statistics).
 #
-# Outputs go to $OUT (default: a temp dir): profile.json, projection.json, timings.json,
-# project.log, train.log, compare.txt. Environment: PYTHON (default .venv/bin/python or
-# python3), LAYERS (default 8), SEQ (default 4096), ITERS (default 10).
+# Cases, at SHAPE=real (the default on a GPU):
+#   dense: Llama 3 8B at TP 1 (hidden 4096, 32 heads, 8 KV groups, SwiGLU 14336, RoPE,
+#          RMSNorm, 128,256 vocabulary), LAYERS layers (default 4) so the real run fits
+#          one 80 GB GPU with Adam; seq SEQ (default 4096), 8 microbatches of 1;
+#   moe:   a Mixtral 8x7B layer (8 experts of 14336, top-2, alltoall dispatcher), 1
+#          layer, 32,000 vocabulary, 4 microbatches.
+# SHAPE=tiny (the default on a CPU; what CI runs, tests/slow/test_gpu_check.py): the same
+# lines at hidden 128, seq 128, 2 layers, so the whole check takes under a minute.
+#
+# Outputs in $OUT (default: a temp dir): <case>.profile.json, <case>.projection.json,
+# <case>.timings.json, <case>.project.log, <case>.train.log, compare.txt.
+# Environment: PYTHON (default .venv/bin/python or python3), SHAPE, CASES, LAYERS, SEQ,
+# ITERS (default 8 real, 12 tiny), NPROC (default 1; more runs torchrun).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
-LAYERS=${LAYERS:-8}
-SEQ=${SEQ:-4096}
-ITERS=${ITERS:-10}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PRIMUS_EXT_HOME=${PRIMUS_EXT_HOME:-$OUT/home}
 
-HW=$($PY - <<'EOF'
+read -r DEVICE HW < <("$PY" - <<'EOF'
 import torch
-assert torch.cuda.is_available(), "gpu_check.sh needs a CUDA device"
 from primus_ext.frameworks.megatron.runner import local_hardware
-print(local_hardware())
+print("cuda" if torch.cuda.is_available() else "cpu", local_hardware())
 EOF
 )
-echo "device: $($PY -c 'import torch; print(torch.cuda.get_device_name())') -> preset $HW; out: $OUT"
+if [ "$DEVICE" = cpu ]; then export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}; fi
+SHAPE=${SHAPE:-$( [ "$DEVICE" = cuda ] && echo real || echo tiny )}
+CASES=${CASES:-dense moe}
+NPROC=${NPROC:-1}
+if [ "$SHAPE" = real ]; then
+  LAYERS=${LAYERS:-4}; SEQ=${SEQ:-4096}; ITERS=${ITERS:-8}
+  H=4096; HEADS=32; KVG=8; FFN=14336; VOCAB=128256; MOE_VOCAB=32000
+  MEASURE=(--measure-warmup 3 --measure-repeats 5)
+else
+  LAYERS=${LAYERS:-2}; SEQ=${SEQ:-128}; ITERS=${ITERS:-12}
+  H=128; HEADS=4; KVG=2; FFN=256; VOCAB=1024; MOE_VOCAB=512
+  # A CPU's first steps run several times slower (allocator, lazy init): warm up longer.
+  MEASURE=(--measure-warmup 4 --measure-repeats 4)
+fi
+echo "gpu_check: device $DEVICE -> preset $HW; shape $SHAPE; cases: $CASES; out: $OUT"
 
-# Llama-3-8B-like layer (hidden 4096, 32 heads, 8 KV groups, SwiGLU 14336, RoPE, RMSNorm),
-# $LAYERS layers, 32k vocabulary: fits one 80 GB GPU with Adam and the distributed optimizer.
-MODEL=(--num-layers "$LAYERS" --hidden-size 4096 --num-attention-heads 32
-  --group-query-attention --num-query-groups 8 --ffn-hidden-size 14336 --swiglu
-  --normalization RMSNorm --position-embedding-type rope --disable-bias-linear
-  --untie-embeddings-and-output-weights --seq-length "$SEQ" --max-position-embeddings "$SEQ"
-  --micro-batch-size 1 --global-batch-size 8 --bf16 --use-distributed-optimizer
-  --hidden-dropout 0 --attention-dropout 0 --mock-data --tokenizer-type NullTokenizer
-  --vocab-size 31999)
-TARGET=(--target-hardware "$HW" --target-nodes 1 --target-gpus-per-node 1)
-RUN=($PY -m torch.distributed.run --standalone --nproc-per-node 1 launch/pretrain_gpt.py)
+COMMON=(--hidden-size "$H" --num-attention-heads "$HEADS" --group-query-attention
+  --num-query-groups "$KVG" --kv-channels $((H / HEADS)) --swiglu --normalization RMSNorm
+  --position-embedding-type rope --disable-bias-linear --untie-embeddings-and-output-weights
+  --seq-length "$SEQ" --max-position-embeddings "$SEQ" --micro-batch-size 1 --bf16
+  --use-distributed-optimizer --hidden-dropout 0 --attention-dropout 0 --mock-data
+  --tokenizer-type NullTokenizer)
+case_flags() {
+  case "$1" in
+    dense) echo --num-layers "$LAYERS" --ffn-hidden-size "$FFN" --vocab-size $((VOCAB - 1)) \
+             --global-batch-size $((8 * NPROC)) ;;
+    moe) echo --num-layers 1 --ffn-hidden-size "$FFN" --num-experts 8 --moe-router-topk 2 \
+           --moe-ffn-hidden-size "$FFN" --moe-token-dispatcher-type alltoall \
+           --vocab-size $((MOE_VOCAB - 1)) --global-batch-size $((4 * NPROC)) ;;
+    *) echo "gpu_check: unknown case '$1' (dense, moe)" >&2; return 2 ;;
+  esac
+}
+TARGET=(--target-hardware "$HW" --target-nodes 1 --target-gpus-per-node "$NPROC")
+# One process needs no torchrun (the drop-in makes its own one-rank group).
+RUN=("$PY" launch/pretrain_gpt.py)
+[ "$NPROC" = 1 ] || RUN=("$PY" -m torch.distributed.run --standalone --nproc-per-node "$NPROC"
+  launch/pretrain_gpt.py)
 
-t0=$(date +%s)
-"${RUN[@]}" "${MODEL[@]}" "${TARGET[@]}" --project-only --measure-warmup 3 \
-  --measure-repeats 5 --profile-out "$OUT/profile.json" \
-  --projection-out "$OUT/projection.json" 2>&1 | tee "$OUT/project.log" | grep -v Warning
-t1=$(date +%s)
-"${RUN[@]}" "${MODEL[@]}" --train-iters "$ITERS" --timings-out "$OUT/timings.json" 2>&1 \
-  | tee "$OUT/train.log" | grep -E "iteration|median|error|Error"
-t2=$(date +%s)
-
-$PY - "$OUT" "$HW" "${MODEL[@]}" "${TARGET[@]}" <<'EOF' | tee "$OUT/compare.txt"
-import json, sys
-out, hw, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
-from primus_ext.project.simulate_backend import simulate_layer_costs
-from primus_ext.frameworks.megatron.args import parse_megatron_args
-from primus_ext.project.profile import Profile
-from primus_ext.project.from_profile import measured_spec
-proj = json.load(open(f"{out}/projection.json"))
-real = json.load(open(f"{out}/timings.json"))
-p, m = proj["step_time_s"], real["median_step_s"]
-print(f"\nfull depth on 1 x {hw}: projected step {p:.4f} s, measured {m:.4f} s, "
-      f"error {(p - m) / m:+.1%}")
-prof = Profile.load(f"{out}/profile.json")
-target = parse_megatron_args(argv)
-sim = simulate_layer_costs(measured_spec(prof, target)).kinds
-print(f"per layer kind, one microbatch: measured on {prof.device['name']} vs the simulate "
-      f"backend's {hw} model (ms)")
-print(f"{'kind':<10} {'fwd meas':>9} {'fwd sim':>9} {'bwd meas':>9} {'bwd sim':>9}")
-for kind, kt in prof.layers.items():
-    s = sim.get(kind)
-    if s is None:
-        continue
-    sb = s.bwd_input_s + s.bwd_weight_s + s.bwd_comm_s
-    print(f"{kind:<10} {kt.fwd_s * 1e3:>9.3f} {s.fwd_total_s * 1e3:>9.3f} "
-          f"{kt.bwd_s * 1e3:>9.3f} {sb * 1e3:>9.3f}")
-EOF
-echo "wall: measure+project $((t1 - t0)) s, real run $((t2 - t1)) s; outputs in $OUT"
+t_all=$(date +%s)
+for c in $CASES; do
+  read -r -a FL < <(case_flags "$c")
+  echo "== $c: measure + project (hybrid) =="
+  t0=$(date +%s)
+  "${RUN[@]}" "${COMMON[@]}" "${FL[@]}" "${TARGET[@]}" --project-only "${MEASURE[@]}" \
+    --profile-out "$OUT/$c.profile.json" --projection-out "$OUT/$c.projection.json" \
+    > "$OUT/$c.project.log" 2> >(tee "$OUT/$c.project.err" | grep --line-buffered \
+    -E "^primus-ext \[|error|Error" >&2)
+  t1=$(date +%s)
+  echo "== $c: real training, $ITERS iterations =="
+  "${RUN[@]}" "${COMMON[@]}" "${FL[@]}" "${TARGET[@]}" --train-iters "$ITERS" \
+    --timings-out "$OUT/$c.timings.json" > "$OUT/$c.train.log" 2> "$OUT/$c.train.err" \
+    || { tail -20 "$OUT/$c.train.err" >&2; exit 1; }
+  grep -E "iteration|median" "$OUT/$c.train.log" | tail -3
+  t2=$(date +%s)
+  echo "$c: measure+project $((t1 - t0)) s, real run $((t2 - t1)) s"
+done
+"$PY" scripts/gpu_check_table.py "$OUT" $CASES | tee "$OUT/compare.txt"
+echo "gpu_check: done in $(( $(date +%s) - t_all )) s; outputs in $OUT"

@@ -52,6 +52,9 @@ def _tails(estimate, pipeline_s: float) -> list[tuple[float, float]]:
     return out
 
 
+_LABEL_PX = 6  # width of one label character at fontsize 7 in a 1300-px-wide axis
+
+
 def plot_timeline(estimate, path) -> Path:
     """The simulated pipeline of one step of ``estimate``: one row per stage.
 
@@ -113,7 +116,9 @@ def plot_timeline(estimate, path) -> Path:
         px_per_ms = 1300 / shown_ms
         _draw_rows(ax, bars, p, step_ms, lo, hi, edge=period_ms / 2 * px_per_ms > 6)
         for start, dur, s, text in labels:
-            if lo <= start + dur / 2 <= hi and dur * px_per_ms >= 14:
+            # A label only where the bar holds it: about 6 px per character at 7 pt,
+            # so interleaved labels ("12.3") need wider bars than plain ones ("12").
+            if lo <= start + dur / 2 <= hi and dur * px_per_ms >= _LABEL_PX * len(text) + 4:
                 ax.text(start + dur / 2, s, text, ha="center", va="center", fontsize=7,
                         color="white", clip_on=True)
     axes[0].set_ylim(p - 0.5, -0.5)  # stage 0 on top

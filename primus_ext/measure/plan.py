@@ -90,31 +90,40 @@ class MeasurePlan:
 
 
 def _ladder(target: RunSpec, req: Candidate):
-    """Candidates, each one step cheaper than the last, with the step's name."""
-    c = req
-    yield c, None
-    if c.num_microbatches > 1:
-        c = dataclasses.replace(c, num_microbatches=1)
-        yield c, "microbatches: 1 per step (per-microbatch times do not depend on it)"
-    if c.optimizer:
-        c = dataclasses.replace(c, optimizer=False)
-        yield c, ("optimizer: modelled (no fp32 main parameters and moments allocated); "
-                  "the projector's optimizer model on the hardware preset")
-    if c.layers_per_kind > 1:
-        c = dataclasses.replace(c, layers_per_kind=1)
-        yield c, "layers: one of each kind"
+    """Steps, each one cheaper than the last: (name, candidate -> candidate or None)."""
+    yield "microbatches", lambda c: dataclasses.replace(c, num_microbatches=1) \
+        if c.num_microbatches > 1 else None
+    yield "optimizer", lambda c: dataclasses.replace(c, optimizer=False) \
+        if c.optimizer else None
+    yield "layers", lambda c: dataclasses.replace(c, layers_per_kind=1) \
+        if c.layers_per_kind > 1 else None
     v_t = target.model.vocab_size
     for v in VOCAB_SLICES:
-        if v < v_t and v < (c.vocab_size or v_t):
-            c = dataclasses.replace(c, vocab_size=v)
-            yield c, f"vocab: {v_t} -> {v} (embedding and output restored by shape)"
+        yield "vocab", lambda c, v=v: dataclasses.replace(c, vocab_size=v) \
+            if v < v_t and v < (c.vocab_size or v_t) else None
     s = target.train.seq_length
     unit = 2 * target.parallel.cp * target.parallel.tp
     while s // 2 >= MIN_SEQ and (s // 2) % unit == 0:
         s //= 2
-        c = dataclasses.replace(c, seq_length=s)
-        yield c, (f"seq: {target.train.seq_length} -> {s} (per-token parts by tokens, "
-                  "core attention on its own ratio)")
+        yield "seq", lambda c, s=s: dataclasses.replace(c, seq_length=s) \
+            if s < (c.seq_length or target.train.seq_length) else None
+
+
+def _step_text(name: str, c: Candidate, target: RunSpec) -> str:
+    return {
+        "microbatches": "microbatches: 1 per step (per-microbatch times do not depend on it)",
+        "optimizer": "optimizer: modelled (no fp32 main parameters and moments allocated); "
+                     "the projector's optimizer model on the hardware preset",
+        "layers": "layers: one of each kind",
+        "vocab": f"vocab: {target.model.vocab_size} -> {c.vocab_size} (embedding and output "
+                 "restored by shape)",
+        "seq": f"seq: {target.train.seq_length} -> {c.seq_length} (per-token parts by "
+               "tokens, core attention on its own ratio)",
+    }[name]
+
+
+# A step is taken only if it cuts what is over budget by at least this fraction.
+MIN_GAIN = 0.05
 
 
 def local_view(spec: RunSpec, use_te: bool) -> RunSpec:
@@ -171,22 +180,38 @@ def plan_measurement(target: RunSpec, downscale_fn, request: Candidate, *, hardw
     ``downscale_fn(candidate) -> RunSpec`` is the downscaled run of a candidate;
     ``num_processes`` the processes sharing ``budget_bytes`` (on a GPU: one per device,
     ``budget_bytes`` per device)."""
-    steps: list[str] = []
-    last = None
-    for cand, step in _ladder(target, request):
-        if step:
-            key = step.split(":")[0]
-            steps = [x for x in steps if x.split(":")[0] != key] + [step]
+    def cost(c: Candidate) -> tuple[int, float]:
         passes = _num_passes(warmup, repeats, capture, contention, cuda)
-        nbytes, secs = candidate_cost(target, downscale_fn(cand), cand, use_te=use_te,
-                                      passes=passes, base_bytes=base_bytes, cuda=cuda)
-        last = MeasurePlan(candidate=cand, fits=False, bytes_per_process=nbytes,
+        return candidate_cost(target, downscale_fn(c), c, use_te=use_te, passes=passes,
+                              base_bytes=base_bytes, cuda=cuda)
+
+    def make(c: Candidate, nbytes: int, secs: float, steps: dict) -> MeasurePlan:
+        ok = nbytes * num_processes <= budget_bytes and secs <= seconds_budget
+        return MeasurePlan(candidate=c, fits=ok, bytes_per_process=nbytes,
                            num_processes=num_processes, budget_bytes=budget_bytes,
                            seconds=secs, seconds_budget=seconds_budget,
-                           steps=tuple(steps), hardware=hardware)
-        if nbytes * num_processes <= budget_bytes and secs <= seconds_budget:
-            return dataclasses.replace(last, fits=True)
-    return last
+                           steps=tuple(steps.values()), hardware=hardware)
+
+    cand, steps = request, {}
+    nbytes, secs = cost(cand)
+    plan = make(cand, nbytes, secs, steps)
+    for name, step in _ladder(target, request):
+        if plan.fits:
+            break
+        nxt = step(cand)
+        if nxt is None:
+            continue
+        nb, ns = cost(nxt)
+        over_mem = nbytes * num_processes > budget_bytes
+        over_time = secs > seconds_budget
+        gain = max((1 - nb / nbytes) if over_mem else 0.0,
+                   (1 - ns / secs) if over_time and secs > 0 else 0.0)
+        if gain < MIN_GAIN:
+            continue
+        cand, nbytes, secs = nxt, nb, ns
+        steps[name] = _step_text(name, cand, target)
+        plan = make(cand, nbytes, secs, steps)
+    return plan
 
 
 def vocab_for(target: RunSpec, vocab: int | None, tp_local: int) -> int | None:

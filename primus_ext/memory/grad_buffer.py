@@ -59,9 +59,13 @@ class BufferLayout:
     def max_shard_real_elements(self, dp: int) -> int:
         """The largest optimizer shard over the DP ranks (the peak rank): the shard size
         minus the fewest padding elements any rank's shards hold. Walks the padding gaps
-        (one per parameter at most), not the ranks."""
-        pad = [0] * dp
+        (one per parameter at most), not the ranks: a gap adds to the ranks at its two
+        ends and, when it spans whole shards, to a range of ranks between them; the
+        padding per rank is constant between those breakpoints, so the minimum is taken
+        over them (the cost does not grow with dp)."""
         total = 0
+        partial: dict[int, int] = {}
+        spans: list[tuple[int, int, int]] = []  # (first rank, last rank + 1, pad each)
         for b in self.buckets:
             size = (b.end - b.start) // dp
             if size == 0:
@@ -70,19 +74,29 @@ class BufferLayout:
             prev = b.start
             for ps, pe in zip(b.param_starts, b.param_ends):
                 if ps > prev:
-                    _add_gap(pad, b.start, size, prev, ps)
+                    _add_gap(partial, spans, b.start, size, prev, ps)
                 prev = max(prev, pe)
             if b.end > prev:
-                _add_gap(pad, b.start, size, prev, b.end)
-        return total - min(pad)
+                _add_gap(partial, spans, b.start, size, prev, b.end)
+        points = {0} | set(partial) | {r + 1 for r in partial if r + 1 < dp}
+        points |= {lo for lo, _, _ in spans} | {hi for _, hi, _ in spans if hi < dp}
+        return total - min(partial.get(r, 0) + sum(p for lo, hi, p in spans if lo <= r < hi)
+                           for r in points)
 
 
-def _add_gap(pad: list[int], start: int, size: int, lo: int, hi: int) -> None:
-    while lo < hi:
-        r = (lo - start) // size
-        seg = min(hi, start + (r + 1) * size)
-        pad[r] += seg - lo
-        lo = seg
+def _add_gap(partial: dict[int, int], spans: list, start: int, size: int, lo: int,
+             hi: int) -> None:
+    """Add the padding [lo, hi) to the ranks whose shards it falls in."""
+    r_lo, r_hi = (lo - start) // size, (hi - 1 - start) // size
+    if r_lo == r_hi:
+        partial[r_lo] = partial.get(r_lo, 0) + hi - lo
+        return
+    first_end = start + (r_lo + 1) * size
+    partial[r_lo] = partial.get(r_lo, 0) + first_end - lo
+    last_start = start + r_hi * size
+    partial[r_hi] = partial.get(r_hi, 0) + hi - last_start
+    if r_hi > r_lo + 1:
+        spans.append((r_lo + 1, r_hi, size))
 
 
 def _covered(b: Bucket, x: int) -> int:

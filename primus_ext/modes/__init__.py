@@ -21,6 +21,8 @@ def dispatch(cfg):
         raise ValueError(f"mode={mode!r} must be one of {', '.join(MODES)}")
     if cfg.get("output", "table") not in OUTPUTS:
         raise ValueError(f"output={cfg.output!r} must be one of {', '.join(OUTPUTS)}")
+    from primus_ext.modes.top_keys import check_top_keys
+    check_top_keys(cfg, mode)
     try:
         module = importlib.import_module(f"primus_ext.modes.{mode}")
     except ModuleNotFoundError as exc:

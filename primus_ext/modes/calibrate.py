@@ -109,10 +109,26 @@ def _per_source(results) -> list[tuple[str, int, float]]:
     return out
 
 
+def _phases():
+    """A line on stderr per phase of the fit, with the time since the start (a fit takes
+    minutes; stdout keeps the tables or the JSON)."""
+    import sys
+    import time
+    t0 = time.monotonic()
+
+    def say(what: str) -> None:
+        print(f"primus-ext calibrate [{time.monotonic() - t0:5.0f} s]: {what}",
+              file=sys.stderr, flush=True)
+    return say
+
+
 def run(cfg) -> dict:
     path = output_path(cfg.get("out") or default_output_path(), "out")
     runs = read_runs(runs_path(cfg))
     host_runs = golden_runs(cfg)
+    say = _phases()
+    say(f"fitting the constants on {len(runs):,} rows"
+        + (f" and {len(host_runs):,} host-time cases" if host_runs else ""))
     report = fit(runs, _uncalibrated, host_runs=host_runs)
     if not any(not k.endswith("(host)") for k in report.per_hardware):
         errors = [r.error for r in runs if r.error][:3]
@@ -121,12 +137,19 @@ def run(cfg) -> dict:
             "needs a valid configuration and a measured tokens_per_s_per_gpu or "
             "tflops_per_gpu)" + (f"; first errors: {' | '.join(errors)}" if errors else ""))
     save_calibration(report.calibration, path)
+    if cfg.get("loso", True):
+        say(f"written to {path}; leave-one-source-out: one refit per source "
+            f"({len({r.source for r in runs})} sources"
+            + (f", then {len({r.source for r in host_runs})} host-time families)"
+               if host_runs else ")"))
     loso, held_errs = (leave_one_source_out(runs, warm=report.calibration,
                                             host_runs=host_runs)
                        if cfg.get("loso", True) else ([], []))
     if cfg.get("loso", True) and host_runs:
         held = held_out_host_results(runs, host_runs, warm=report.calibration)
         loso += [(s, n, m) for s, n, m in _per_source(held)]
+    if cfg.get("loso", True):
+        say("done")
     loso_median = percentile(held_errs, 50) if held_errs else None
     out = {"calibration": str(path), "hardware": report.per_hardware,
            "leave_one_source_out": [{"source": s, "rows": n, "median_abs_error": m}

@@ -1,7 +1,7 @@
 """mode=memory: per-stage memory of one RunSpec, with a fits verdict."""
 from __future__ import annotations
 
-from primus_ext.config import spec_and_notes
+from primus_ext.config import layout_note, spec_and_notes
 from primus_ext.emit.console import gib, print_json, print_table
 from primus_ext.emit.memory_rows import stage_lines
 from primus_ext.memory.fit_ladder import cheapest_fit
@@ -16,8 +16,9 @@ def run(cfg) -> dict:
     if not report.fits:
         # The cheapest recompute that makes it fit (memory/fit_ladder.py), as a hint.
         out["suggestion"] = cheapest_fit(spec).note
-    if cfg.get("layout_note"):
-        out["layout_note"] = cfg.layout_note
+    where = layout_note(cfg)
+    if where:
+        out["layout_note"] = where
     if unstated:
         out["unstated"] = unstated
     if cfg.get("plot"):
@@ -45,8 +46,8 @@ def run(cfg) -> dict:
         print(f"note: {note}")
     if out.get("suggestion"):
         print(f"note: {out['suggestion']}")
-    if cfg.get("layout_note"):
-        print(f"note: {cfg.layout_note}")
+    if where:
+        print(f"note: {where}")
     for note in unstated:
         print(f"note: {note}")
     return out

@@ -5,7 +5,7 @@ import dataclasses
 import json
 import sys
 
-from primus_ext.config import spec_and_notes
+from primus_ext.config import layout_note, spec_and_notes
 from primus_ext.emit.console import gib, print_json, print_table
 from primus_ext.project.estimate import project
 from primus_ext.util.files import atomic_write_text, output_path
@@ -40,10 +40,18 @@ def run(cfg) -> dict:
     want_timeline = bool(cfg.get("plot") or cfg.get("trace"))
     est = _estimate(cfg, spec, want_timeline)
     out = est.to_dict()
-    if cfg.get("layout_note"):
-        out["layout_note"] = cfg.layout_note
+    note = layout_note(cfg)
+    if note:
+        out["layout_note"] = note
     if unstated:
         out["unstated"] = unstated
+    if cfg.get("backend", "simulate") == "simulate":
+        from primus_ext.project.calibration import calibration_note
+        out["calibration"] = calibration_note(cfg.get("calibration", "default"),
+                                              spec.cluster.hardware.name)
+    if not est.fits:  # the way out: the cheapest recompute that fits (memory/fit_ladder.py)
+        from primus_ext.memory.fit_ladder import cheapest_fit
+        out["suggestion"] = cheapest_fit(spec).note
     if cfg.get("trace"):
         from primus_ext.project.trace import MAX_EVENTS, to_chrome_trace
         cap = cfg.get("trace_max_events", MAX_EVENTS)
@@ -62,8 +70,12 @@ def run(cfg) -> dict:
         print_json(out)
     else:
         print_estimate(spec, est)
-        if cfg.get("layout_note"):
-            print(f"note: {cfg.layout_note}")
+        if out.get("suggestion"):
+            print(f"note: {out['suggestion']}")
+        if out.get("calibration"):
+            print(f"note: {out['calibration']}")
+        if note:
+            print(f"note: {note}")
         for note in unstated:
             print(f"note: {note}")
     return out

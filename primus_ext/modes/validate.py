@@ -21,6 +21,11 @@ COLUMNS = ("run_id", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_low",
            "rel_error")
 
 
+# Rows printed in the per-row table (a 100,000-row CSV would take minutes to draw); the
+# summary covers every row, and out= / output=json list them all.
+MAX_TABLE_ROWS = 200
+
+
 def runs_path(cfg):
     runs = cfg.get("runs") or "default"
     if runs == "golden":
@@ -35,12 +40,41 @@ def load_runs(path) -> list:
     if str(path).endswith(".json"):
         from primus_ext.published.golden import as_runs, read_golden
         return as_runs(read_golden(path, timed_only=True))
-    return read_runs(path)
+    from primus_ext.emit.work_progress import WorkProgress
+    from primus_ext.util.files import input_file
+    with open(input_file(path, "runs"), "rb") as f:  # rows, for the progress line
+        lines = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    with WorkProgress("validate: reading", max(lines - 1, 1)) as progress:
+        return read_runs(path, on_row=progress.advance)
 
 
 def validate(path, calibration="default"):
+    """Every row projected; rows that share a configuration share one projection."""
+    from primus_ext.emit.work_progress import WorkProgress
+    from primus_ext.project.estimate import project
+
     calib = load_calibration(calibration)
-    return [project_run(run, calib) for run in load_runs(path)]
+    runs = load_runs(path)
+    cache: dict = {}
+
+    def shared(spec, calibration):
+        key = id(spec)  # identical parsed rows hand over the same spec object (kept alive by runs)
+        if key not in cache:
+            try:
+                cache[key] = (project(spec, calibration=calibration), None)
+            except ValueError as exc:
+                cache[key] = (None, exc)
+        est, exc = cache[key]
+        if exc is not None:
+            raise exc
+        return est
+
+    results = []
+    with WorkProgress("validate", len(runs)) as progress:
+        for run in runs:
+            results.append(project_run(run, calib, shared))
+            progress.advance()
+    return results
 
 
 def row_dict(r) -> dict:
@@ -86,6 +120,8 @@ def run(cfg) -> dict:
         print_json(out)
         _check_projected(cfg, results)
         return out
+    shown = results[:MAX_TABLE_ROWS]
+    more = len(results) - len(shown)
     print_table("projected vs measured tokens/s/GPU",
                 ["run", "gpu", "model", "projected", "80% band", "measured", "error",
                  "note"],
@@ -95,7 +131,10 @@ def run(cfg) -> dict:
                   r.measured_tokens_per_s_per_gpu,
                   f"{r.rel_error:+.1%}" if r.rel_error is not None else "",
                   (r.error or ({"tflops": "from TFLOP/s", "mfu": "from MFU"}.get(r.measured_from, "")))[:60])
-                 for r in results])
+                 for r in shown],
+                caption=(f"the first {len(shown):,} of {len(results):,} rows; "
+                         + (f"all of them in out={cfg.out}" if cfg.get("out") else
+                            "out=FILE.csv or output=json gives every row")) if more else None)
     print_table("absolute error of tokens/s/GPU", ["group", "rows", "median", "p90"],
                 [(g, n, f"{med:.1%}", f"{p90:.1%}") for g, n, med, p90 in summary])
     _check_projected(cfg, results)

@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from primus_ext.spec import HardwareSpec, RunSpec
-from primus_ext.util.files import atomic_write_text
+from primus_ext.util.files import atomic_write_text, input_file
 
 SCHEMA_VERSION = 1
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "calibration" / "default.json"
@@ -48,7 +48,11 @@ class Calibration:
 EMPTY = Calibration(constants={}, meta={"note": "presets' priors, nothing fitted"})
 
 
-def _check(data: dict, path: str) -> Calibration:
+def _check(data, path: str) -> Calibration:
+    if not isinstance(data, dict):
+        raise ValueError(f"calibration={path}: not a calibration file (a JSON object with "
+                         f"schema_version and hardware); it holds a JSON "
+                         f"{type(data).__name__}. Write one with mode=calibrate out=FILE")
     if data.get("schema_version") != SCHEMA_VERSION:
         raise ValueError(f"calibration {path}: schema_version="
                          f"{data.get('schema_version')!r} must be {SCHEMA_VERSION}")
@@ -57,6 +61,9 @@ def _check(data: dict, path: str) -> Calibration:
     if not isinstance(hardware, dict):
         raise ValueError(f"calibration {path}: 'hardware' must map preset names to constants")
     for name, values in hardware.items():
+        if not isinstance(values, dict):
+            raise ValueError(f"calibration {path}: hardware.{name} must map HardwareSpec "
+                             "fields to values")
         for key in values:
             if key not in fields:
                 raise ValueError(f"calibration {path}: hardware.{name}.{key} is not a "
@@ -78,12 +85,26 @@ def load_calibration(path: str | os.PathLike | None) -> Calibration:
     """``None`` -> priors only; ``"default"`` -> the committed fit; else a file path."""
     if path is None or path == "none":
         return EMPTY
-    p = DEFAULT_PATH if path == "default" else Path(path)
-    if not p.is_file():
-        if path == "default":
+    if path == "default":
+        if not DEFAULT_PATH.is_file():
             return EMPTY
-        raise FileNotFoundError(f"calibration={path}: no such file")
+        p = DEFAULT_PATH
+    else:
+        p = input_file(path, "calibration")
     return _load(str(p), p.stat().st_mtime)
+
+
+def calibration_note(path, hardware: str) -> str:
+    """One line saying which fitted constants a projection used for ``hardware``."""
+    calib = load_calibration(path)
+    where = ("none (calibration=null)" if path in (None, "none") else
+             f"the packaged fit ({DEFAULT_PATH.name})" if path == "default" else str(path))
+    values = calib.constants.get(hardware)
+    if not values:
+        return (f"calibration: {where}; no fitted constants for {hardware}, the preset's "
+                "priors are used")
+    return (f"calibration: {where}, {len(values)} fitted constant(s) for {hardware} "
+            f"({', '.join(sorted(values))})")
 
 
 def default_output_path() -> Path:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 from primus_ext.spec import RunSpec, padded_vocab
 from primus_ext.spec._check import check_types
-from primus_ext.util.files import atomic_write_text
+from primus_ext.util.files import atomic_write_text, input_file
 
 SCHEMA_VERSION = 1
 
@@ -189,8 +189,7 @@ class Profile:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Profile":
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"profile={path}: no such file")
+        input_file(path, "profile")
         with open(path) as f:
             try:
                 data = json.load(f)

@@ -90,12 +90,21 @@ def view_notes(spec: RunSpec) -> tuple[str, ...]:
         out.append(f"parallel.ep={spec.parallel.ep} has no effect on a dense model "
                    "(torchtitan ParallelismConfig.expert_parallel_degree)")
     if spec.model.is_moe:
-        changed = [f"{k}={getattr(spec.parallel, k)!r}" for k, v in MOE_AS_TORCHTITAN.items()
-                   if getattr(spec.parallel, k) != v]
+        # The switches a user sets on purpose (the others are megatron-core defaults).
+        asked = ("moe_token_dispatcher_type", "overlap_moe_expert_parallel_comm",
+                 "moe_shared_expert_overlap")
+        changed = [f"{k}={getattr(spec.parallel, k)!r}" for k in asked
+                   if getattr(spec.parallel, k) != MOE_AS_TORCHTITAN[k]]
         out.append("MoE as torchtitan 0.3.0 runs it: all-to-all token dispatch with a host "
                    "sync for the splits, torch._grouped_mm experts, index permutation, "
                    "eager router" + (f" (megatron-core switches ignored: "
                                      f"{', '.join(changed)})" if changed else ""))
+    p = spec.parallel
+    if p.pp == 1 and not (p.ep > 1 and spec.model.is_moe):
+        out.append("torchtitan 0.3.0 captures forward+backward in a CUDA graph by default "
+                   "here (Trainer: wrap_with_cuda_graph unless --training."
+                   "disable_cuda_graphs): not modelled, its host launches are costed as "
+                   "eager")
     if spec.parallel.tp_comm_overlap and not spec.parallel.sequence_parallel:
         out.append("async TP without sequence parallelism: inductor's micro-pipeline TP "
                    "finds no all-gather / reduce-scatter next to a matmul to overlap")

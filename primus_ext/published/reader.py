@@ -40,6 +40,8 @@ from primus_ext.published.row_facts import flag
 from primus_ext.published.torchtitan import is_torchtitan_row, torchtitan_spec
 from primus_ext.published.tuned import tuned_layout
 from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec
+from primus_ext.spec.train import FP8_RECIPES
+from primus_ext.util.files import input_file
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "validation" / "published_runs.csv"
 # Published MoE runs read and projected like the public set's, held apart from it (not
@@ -305,7 +307,18 @@ def _train(r: _Row, par: ParallelSpec, world: int, measured: Measured,
         notes.append("precision fp16: computed at the bf16 peak (same tensor-core rate)")
     elif precision not in ("bf16", "fp8", "fp32"):
         raise r.fail("precision", f"{precision!r} is not one of bf16, fp8, fp16, fp32")
-    if precision == "fp8" and "fp8_recipe" not in recipe.train:
+    stated_recipe = r.text("fp8_recipe").lower()
+    if stated_recipe:
+        if stated_recipe not in FP8_RECIPES:
+            raise r.fail("fp8_recipe", f"{stated_recipe!r} is not one of "
+                         f"{', '.join(FP8_RECIPES)}")
+        if precision != "fp8":
+            raise r.fail("fp8_recipe", f"{stated_recipe!r} with precision {precision!r} "
+                         "(an FP8 recipe needs precision fp8)")
+        recipe.train["fp8_recipe"] = stated_recipe
+        recipe.notes[:] = [n for n in recipe.notes if not n.startswith("fp8_recipe=")]
+        notes.append(f"fp8_recipe={stated_recipe} (column fp8_recipe)")
+    elif precision == "fp8" and "fp8_recipe" not in recipe.train:
         if precision_kind(precision, r.text("notes")) == "fp8_mx":
             recipe.train["fp8_recipe"] = "mxfp8"
             notes.append("fp8_recipe=mxfp8 (the row's notes: MXFP8, 1x32-block scaling)")
@@ -343,23 +356,37 @@ def _train(r: _Row, par: ParallelSpec, world: int, measured: Measured,
 
 
 # ---- files --------------------------------------------------------------------------
-def read_runs(path: str | Path = DEFAULT_PATH) -> list[PublishedRun]:
-    """Every row of a published-runs CSV (measured_* columns may be absent).
+def _parse_shared(row: Mapping[str, str | None], line: int, parsed: dict) -> PublishedRun:
+    """``parse_row``, shared between rows that differ only in their run_id (a large CSV
+    repeats configurations): parsed once, then relabelled."""
+    run_id = (row.get("run_id") or "").strip() or f"line {line}"
+    key = tuple(sorted((k, v) for k, v in row.items() if k != "run_id" and k is not None))
+    first = parsed.get(key)
+    if first is None:
+        first = parsed[key] = parse_row(row, line)
+        return first
+    old, new = f"row {first.run_id}", f"row {run_id}"
+    return replace(first, run_id=run_id, row=dict(row),
+                   error=first.error.replace(old, new) if first.error else first.error,
+                   notes=tuple(n.replace(old, new) for n in first.notes))
+
+
+def read_runs(path: str | Path = DEFAULT_PATH, on_row=None) -> list[PublishedRun]:
+    """Every row of a published-runs CSV (measured_* columns may be absent); ``on_row()``
+    is called after each row (progress).
 
     File-level errors (no such file, not UTF-8 text, no run_id column, a run_id on two
     rows) raise one ValueError naming the file; a bad row becomes that row's error."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"runs={str(path)!r}: no such file")
+    path = input_file(path, "runs")
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
             if not reader.fieldnames or "run_id" not in reader.fieldnames:
                 raise ValueError(f"runs={str(path)!r}: not a published-runs CSV (no "
                                  "'run_id' column in the header)")
-            runs, lines = [], {}
+            runs, lines, parsed = [], {}, {}
             for row in reader:
-                run = parse_row(row, line=reader.line_num)
+                run = _parse_shared(row, reader.line_num, parsed)
                 key = (row.get("run_id") or "").strip()
                 if key and key in lines:
                     raise ValueError(f"runs={str(path)!r}: run_id {key!r} appears twice "
@@ -367,6 +394,8 @@ def read_runs(path: str | Path = DEFAULT_PATH) -> list[PublishedRun]:
                                      "needs its own run_id")
                 lines[key] = reader.line_num
                 runs.append(run)
+                if on_row is not None:
+                    on_row()
             return runs
     except UnicodeDecodeError as exc:
         raise ValueError(f"runs={str(path)!r} is not UTF-8 text (byte {exc.start}: "

@@ -102,6 +102,8 @@ def check_types(obj, owner: str) -> None:
                 typing.Union, types.UnionType) else (tp,))]
             want = " or ".join(_describe(a) for a in options)
             raise ValueError(f"{owner}.{name}={value!r} must be {want}")
-        if name == "name" and isinstance(value, str) and not value.isprintable():
+        # Every text field ends up on one line somewhere (overrides.txt, a recipe
+        # comment, a CSV cell): a newline would split it.
+        if isinstance(value, str) and not value.isprintable():
             raise ValueError(f"{owner}.{name}={value!r} must be one line of printable text "
                              "(no newline or control characters)")

@@ -158,8 +158,13 @@ class Journal:
             self._write(header)
 
     def _write(self, record: dict) -> None:
-        self._f.write(json.dumps(json_safe(record)) + "\n")
-        self._f.flush()
+        try:
+            self._f.write(json.dumps(json_safe(record)) + "\n")
+            self._f.flush()
+        except OSError as exc:  # a full disk, a file-size limit: name the file
+            raise ValueError(f"tune.out_dir: cannot append to {str(self.path)!r} "
+                             f"({exc.strerror or exc}); the trials written so far are "
+                             "kept, resume with tune.resume=true") from None
 
     def append(self, record: dict) -> None:
         self._write(record)

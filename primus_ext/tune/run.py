@@ -185,8 +185,12 @@ def _tune(spec_or_overrides, settings, held: ExitStack, overrides, memory_fn, pr
             ev.preload(Trial.from_record(rec))
         if journal.resumed:
             log.info("resumed %d trials from %s", len(journal.resumed), journal.path)
-    if strategy == "exhaustive":  # every legal point, whatever the budget
-        settings_run = settings.replace(max_candidates=10**12, max_seconds=None)
+    if strategy == "exhaustive":  # every legal point, whatever the candidate budget
+        # tune.strategy=exhaustive: whatever the time budget too; chosen by auto (the
+        # legal space fits the candidate budget), tune.budget.seconds still holds.
+        settings_run = settings.replace(
+            max_candidates=10**12,
+            max_seconds=settings.max_seconds if settings.strategy == "auto" else None)
         ev.settings = settings_run
 
     interrupted = False

@@ -11,20 +11,40 @@ leaves nothing to clean up.
 """
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 
 LOCK_NAME = ".primus-ext.lock"
 
 
+_KINDS = ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _special_kind(path: Path) -> str | None:
+    """What ``path`` is when it exists and is neither a regular file nor a directory."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    return next((name for test, name in _KINDS if test(mode)), None)
+
+
 def output_path(path: str | os.PathLike, what: str) -> Path:
-    """``path`` as a file to write: refuses a directory and a parent that is a file, with
+    """``path`` as a file to write: refuses a directory, a special file (a device, a named
+    pipe, a socket: the atomic rename would replace it) and a parent that is a file, with
     one error naming the setting (``what``); creates missing parent directories."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{what}={str(path)!r} is a directory; give a file path "
                          f"(e.g. {str(path / 'out')!r})")
+    kind = _special_kind(path)
+    if kind:
+        raise ValueError(f"{what}={str(path)!r} is {kind}; outputs are written only to "
+                         "regular files or new paths")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
@@ -36,7 +56,10 @@ def output_path(path: str | os.PathLike, what: str) -> Path:
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, what: str = "path") -> Path:
     """Write ``data`` to ``path`` atomically (``what`` names the setting in errors)."""
     path = output_path(path, what)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise _write_error(exc, path, what) from None
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a written file gets the usual mode
@@ -46,10 +69,34 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, what: str = "path")
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise _write_error(exc, path, what) from None
         raise
+    return path
+
+
+def _write_error(exc: OSError, path: Path, what: str) -> ValueError:
+    """One error naming the setting and the path (not the temp file beside it)."""
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT):
+        reason = f"cannot write into {str(path.parent)!r} ({reason})"
+    return ValueError(f"{what}={str(path)!r}: {reason}; nothing was written there")
+
+
+def input_file(path: str | os.PathLike, what: str) -> Path:
+    """``path`` as a file to read: one error naming the setting for a missing path, a
+    directory and a special file (a named pipe would block the read forever)."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{what}={str(path)!r} is a directory; give a file")
+    kind = _special_kind(path)
+    if kind:
+        raise ValueError(f"{what}={str(path)!r} is {kind}; give a regular file")
+    if not path.is_file():
+        raise ValueError(f"{what}={str(path)!r}: no such file")
     return path
 
 
@@ -102,3 +149,15 @@ class DirLock:
 
 def lock_dir(directory: str | os.PathLike, what: str) -> DirLock:
     return DirLock(directory, what)
+
+
+def check_outputs(files: dict, dirs: dict | None = None) -> None:
+    """Refuse, before any work, an output file flag that names a directory, a special
+    file or a path under a file, and an output directory flag that names a file."""
+    for flag, value in files.items():
+        if value:
+            output_path(value, flag)
+    for flag, value in (dirs or {}).items():
+        if value and Path(value).exists() and not Path(value).is_dir():
+            raise ValueError(f"{flag}={value!r} is a file; it must be a directory (or a "
+                             "path that does not exist yet)")

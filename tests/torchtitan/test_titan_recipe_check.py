@@ -1,5 +1,5 @@
-"""Recipes for torchtitan's MoE families, checked by torchtitan itself: the line of a
-Qwen3-30B-A3B tune, and the lines of legal layouts (EP, TP, PP, CP, HSDP) of qwen3,
+"""Recipes for torchtitan's MoE families, checked by torchtitan itself: the lines of a
+Qwen3-30B-A3B and a DeepSeek-V3-16B tune, and the lines of legal layouts (EP, TP, PP, CP, HSDP) of qwen3,
 deepseek_v3 and gpt_oss configs, fed to ``ConfigManager`` and ``ParallelDims`` (mesh
 built on torch's fake process group; tests/torchtitan/titan_mesh_worker.py)."""
 import json
@@ -38,16 +38,24 @@ def _words(script: str) -> tuple[list[str], int]:
     return words[5:], nnodes * nproc
 
 
-@pytest.fixture(scope="module")
-def qwen_recipe(tmp_path_factory):
-    out = tmp_path_factory.mktemp("qwen3_tune")
-    r = subprocess.run([sys.executable, "-m", "primus_ext.cli", "mode=tune", *QWEN,
+DSV3 = ["framework=torchtitan", "model=deepseek_v2_lite", "cluster.hardware=h100",
+        "cluster.num_nodes=4", "train.global_batch_size=128", "train.seq_length=4096"]
+JOBS = {"qwen3": (QWEN, ("qwen3", "30B-A3B")), "deepseek_v3": (DSV3, ("deepseek_v3", "16B"))}
+
+
+def _tune(job: list[str], out: Path) -> Path:
+    r = subprocess.run([sys.executable, "-m", "primus_ext.cli", "mode=tune", *job,
                         f"tune.out_dir={out}", "tune.llm.enabled=false",
                         "tune.budget.candidates=60", "tune.progress=false"],
                        capture_output=True, text=True, timeout=900, cwd=ROOT,
                        env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     return out
+
+
+@pytest.fixture(scope="module")
+def recipes(tmp_path_factory):
+    return {k: _tune(job, tmp_path_factory.mktemp(k)) for k, (job, _) in JOBS.items()}
 
 
 def _sample(overrides: list[str], n: int = 8) -> list:
@@ -72,18 +80,24 @@ def _sample(overrides: list[str], n: int = 8) -> list:
     return specs[:n]
 
 
-def test_qwen3_30b_a3b_tune_writes_a_line_torchtitan_accepts(qwen_recipe):
-    text = (qwen_recipe / "torchtitan_args.sh").read_text()
-    assert "exit 2" not in text and "--module qwen3 --config qwen3_30b_a3b" in text
-    words, world = _words(text)
-    winner = primus_ext.compose((qwen_recipe / "overrides.txt").read_text().split())
-    [v] = _verdicts([{"argv": words, "world": world}])
-    assert v["ok"], v
-    assert (v["module"], v["flavor"]) == ("qwen3", "30B-A3B")
-    p = winner.parallel
-    assert (v["tp"], v["pp"], v["cp"], v["ep"]) == (p.tp, p.pp, p.cp, p.ep)
-    assert v["dp_replicate"] * v["dp_shard"] == winner.dp
-    assert v["global_batch_size"] == 64 and v["seq_len"] == 4096 and v["batch_rule"]
+def test_moe_tunes_write_lines_torchtitan_accepts(recipes):
+    """Qwen3-30B-A3B (--config qwen3_30b_a3b) and DeepSeek-V2-Lite's shape (--config
+    deepseek_v3_16b): each tune's torchtitan_args.sh, as torchtitan reads it."""
+    cases, winners = [], []
+    for key, out in recipes.items():
+        text = (out / "torchtitan_args.sh").read_text()
+        assert "exit 2" not in text and f"--module {key} --config" in text
+        words, world = _words(text)
+        cases.append({"argv": words, "world": world})
+        winners.append(primus_ext.compose((out / "overrides.txt").read_text().split()))
+    for (key, (job, flavour)), winner, v in zip(JOBS.items(), winners, _verdicts(cases)):
+        assert v["ok"], (key, v)
+        assert (v["module"], v["flavor"]) == flavour
+        p = winner.parallel
+        assert (v["tp"], v["pp"], v["cp"], v["ep"]) == (p.tp, p.pp, p.cp, p.ep)
+        assert v["dp_replicate"] * v["dp_shard"] == winner.dp and v["batch_rule"]
+        assert v["global_batch_size"] == winner.train.global_batch_size
+        assert v["seq_len"] == 4096
 
 
 def test_legal_layouts_are_legal_for_torchtitan():

@@ -366,6 +366,9 @@ def parse_launch_args(argv: list[str] | None = None, *, name: str | None = None
     n = Notes()
     spec = _spec(ns, name, n)
     not_mod, no_eff = split_unknown(unknown, n.not_modelled)
+    from primus_ext.util.files import check_outputs
+    check_outputs({"--projection-out": ns.projection_out, "--profile-out": ns.profile_out,
+                   "--timings-out": ns.timings_out}, {"--recipe-out": ns.recipe_out})
     return LaunchArgs(spec=spec, train_iters=ns.train_iters or 10,
                       project_only=ns.project_only,
                       projection_backend=ns.projection_backend,

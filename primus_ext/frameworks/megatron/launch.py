@@ -51,9 +51,11 @@ def train(la) -> dict:
     from primus_ext.frameworks.megatron.build import build, init_distributed
     from primus_ext.frameworks.megatron.runner import local_hardware
     from primus_ext.frameworks.megatron.step import data_iterators, train_step
+    from primus_ext.measure.budget import resident_bytes
     rank, world = init_distributed()
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     spec = _run_spec(la.spec, world, local, local_hardware())
+    rss0 = resident_bytes()
     built = build(spec)
     iters = data_iterators(built)
     m = spec.num_microbatches
@@ -90,6 +92,8 @@ def train(la) -> dict:
             print(f"  rank {rank} {key[0]} {key[1]}: {med[key] * 1e3:.3f} ms", flush=True)
     out = {"spec": dataclasses.asdict(spec.parallel), "world": world, "median_step_s": median,
            "steps": steps, "max_memory_allocated_bytes": _max_allocated()}
+    if out["max_memory_allocated_bytes"] is None:
+        out["rss_growth_bytes"] = _rss_growth(rss0)
     dist.barrier()
     return out
 
@@ -101,6 +105,20 @@ def _max_allocated() -> int | None:
     if not torch.cuda.is_available():
         return None
     t = torch.tensor([torch.cuda.max_memory_allocated()], dtype=torch.float64).cuda()
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def _rss_growth(rss0: int) -> int:
+    """On a CPU, which keeps no allocator statistics: the growth of the resident set
+    since before the build, the largest over ranks (a proxy: it also holds the
+    allocator's cached pages and what the first steps load)."""
+    import resource
+
+    import torch
+    import torch.distributed as dist
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    t = torch.tensor([max(peak - rss0, 0)], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return int(t.item())
 
@@ -139,7 +157,8 @@ def _outputs(la, est, profile_path: str | None, measurement: dict | None = None)
     if measurement is not None:
         out["measurement"] = measurement
     if la.projection_out:
-        atomic_write_text(la.projection_out, json.dumps(out, indent=1) + "\n")
+        atomic_write_text(la.projection_out, json.dumps(out, indent=1) + "\n",
+                          "--projection-out")
         print(f"projection written to {la.projection_out}")
     if la.recipe_out:
         _write_recipe(la, profile_path)

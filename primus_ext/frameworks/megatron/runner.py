@@ -150,7 +150,10 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
         with prog.step("collectives: one device-synced step"):
             synced = _synced_records(built, timer, iters, m)
     contention = {}
-    if same and opts.contention:
+    # The projection applies it only where the target keeps more ranks of a node busy
+    # than were measured (project/from_profile.py).
+    if same and opts.contention and \
+            min(target.cluster.node_size, target.world_size) > world:
         with prog.step("contention: the same steps with the other cores busy"):
             contention = _contention(built, timer, iters, m, opts, local, timing_spec)
     timer.detach()
@@ -257,8 +260,9 @@ def plan_for(target: RunSpec, world: int, hw: str, opts: MeasureOptions, capture
         cuda = torch.cuda.is_available()
         local = local_processes(world)
         import os
+        busy = min(target.cluster.node_size, target.world_size) > world
         neighbours = max((os.cpu_count() or 1) - world, 0) \
-            if (not cuda and same and opts.contention) else 0
+            if (not cuda and same and opts.contention and busy) else 0
         budget = local_budget(opts.memory_gib, opts.max_seconds, cuda=cuda,
                               num_local_processes=local + neighbours)
         req = Candidate(layers_per_kind=opts.layers_per_kind,

@@ -122,7 +122,8 @@ def project_only(own: argparse.Namespace, titan: list[str]) -> dict:
     out["config"] = config_dict(spec)
     if own.projection_out:
         from primus_ext.util.files import atomic_write_text
-        atomic_write_text(own.projection_out, json.dumps(out, indent=1) + "\n")
+        atomic_write_text(own.projection_out, json.dumps(out, indent=1) + "\n",
+                          "--projection-out")
         print(f"projection written to {own.projection_out}")
     return out
 
@@ -151,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         own, titan = split_args(argv)
+        from primus_ext.util.files import check_outputs
+        check_outputs({"--projection-out": own.projection_out})
         if own.project_only:
             project_only(own, titan)
         else:
