@@ -8,7 +8,8 @@ Per pipeline stage (every rank runs its own optimizer):
   Python (gradient lists for the norm and clipping, main-gradient copies): the reference
   host's fixed and per-tensor seconds (``compute/host.py optimizer_python``) over the
   target's ``host_speed``. The device's optimizer time (``dp_sync``) and this run side
-  by side: the longer one counts.
+  by side: the longer one counts. Muon's weights add their per-weight loop and its
+  Newton-Schulz kernels (``project/muon_step.py``).
 - **Synchronisations** (Megatron-LM ``training.py`` train_step / train, megatron-core
   ``optimizer.py``, ``clip_grads.py``): the gradient norm's ``total_norm.item()``
   (``get_grad_norm_fp32``), the ``logical_and`` / ``reduce_max_stat`` across the
@@ -29,7 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from primus_ext.compute.host import optimizer_python
+from primus_ext.memory.muon import MUON_OPTIMIZERS
 from primus_ext.memory.rank_params import chunk_param_tensors
+from primus_ext.project.muon_step import muon_step
 from primus_ext.spec import RunSpec
 
 # Read-backs of every iteration (module docstring): grad norm, update_successful and the
@@ -56,6 +59,8 @@ def step_host(spec: RunSpec, stage: int) -> StepHost:
     tensors = num_param_tensors(spec, stage)
     per_tensor = optimizer_python(tensors) - optimizer_python(0)
     opt = optimizer_python(tensors) / hw.host_speed
+    if spec.train.optimizer in MUON_OPTIMIZERS:
+        opt += muon_step(spec, stage).host_s
     t = spec.train
     syncs, colls, kernels, python = BASE_SYNCS, BASE_COLLECTIVES, 0, 0.0
     if t.precision == "fp16":

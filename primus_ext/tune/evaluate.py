@@ -178,7 +178,9 @@ class Evaluator:
         if self._cap is not None and (self.num_checked >= self._cap[0]
                                       or self.elapsed_s >= self._cap[1]):
             return False
-        return s.max_seconds is None or self.elapsed_s < s.max_seconds
+        # A deadline: the next candidate (the mean so far) must end within it.
+        per = self.elapsed_s / self.num_checked if self.num_checked else 0.0
+        return s.max_seconds is None or self.elapsed_s + per < s.max_seconds
 
     @contextlib.contextmanager
     def limit(self, candidates: int, seconds: float | None):
