@@ -18,9 +18,10 @@
   tensor, stays whole on one rank); ``muon`` keeps all.
 - Work: Muon orthogonalises each weight's momentum with ``muon_num_ns_steps`` (5)
   Newton-Schulz iterations on the rank's TP shard (``muon_tp_mode`` blockwise); the
-  fused QKV weight per query group as its q, k and v blocks (``muon_split_qkv``, on by
-  default). One iteration on an m x n matrix (m <= n): ``A = X X^T`` (2 m^2 n),
-  ``B = b A + c A A`` (2 m^3), ``X = a X + B X`` (2 m^2 n).
+  fused QKV weight as its q, k and v blocks (``muon_split_qkv``, on by default), each
+  one (query groups x rows, hidden) matrix. One iteration on an m x n matrix (m <= n):
+  ``A = X X^T`` (2 m^2 n), ``B = b A + c A A`` (2 m^3), ``X = a X + B X`` (2 m^2 n).
+  Its kernels and host time: project/muon_step.py.
 """
 from __future__ import annotations
 
@@ -63,7 +64,8 @@ def _weight_flops(model: ModelSpec, par: ParallelSpec, name: str, numel: int,
         d = model.head_dim
         groups = max(model.num_groups // par.tp, 1)
         q = model.num_attention_heads // model.num_groups * d
-        return groups * (_ns_flops(q, h, steps) + 2 * _ns_flops(d, h, steps))
+        # muon.py orthogonalize: each block reshaped to (groups * rows, hidden).
+        return _ns_flops(groups * q, h, steps) + 2 * _ns_flops(groups * d, h, steps)
     k = h
     if name.endswith("linear_q_up_proj.weight"):
         k = model.q_lora_rank or h

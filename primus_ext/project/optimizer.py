@@ -15,6 +15,7 @@ from __future__ import annotations
 from primus_ext.comm.groups import group_span
 from primus_ext.memory.muon import MUON_OPTIMIZERS, muon_shard
 from primus_ext.memory.states import is_local_spec
+from primus_ext.project.muon_step import muon_step
 from primus_ext.spec.run import RunSpec
 
 ADAM_BYTES_PER_PARAM = 30.0
@@ -36,25 +37,21 @@ def updated_params(spec: RunSpec, num_dense_params: float, num_expert_params: fl
 
 def muon_step_s(spec: RunSpec, stage: int) -> float:
     """Muon / dist_muon (memory/muon.py): the momentum update is SGD's 22 B per Muon
-    element, Adam's 30 B for the rest, plus the Newton-Schulz GEMMs on fp32 momenta
-    (``--muon-fp32-matmul-prec medium``: TF32 tensor cores, the preset's fp32 peak) at the
-    GEMM efficiency. dist_muon runs 1/dp of both; its all-gather of the updated
-    parameters is not timed."""
+    element, Adam's 30 B for the rest, plus the Muon weights' kernels and Newton-Schulz
+    GEMMs (BF16 under ``--muon-fp32-matmul-prec medium``: project/muon_step.py) on the
+    slowest rank. dist_muon runs 1/dp of the bytes and its rank's own weights; the
+    bytes of its all-gather of the updated parameters are not timed."""
     hw = spec.cluster.hardware
     par = spec.parallel
     sh = muon_shard(spec.model, par, stage, is_local_spec(spec.train))
     nbytes = SGD_BYTES_PER_PARAM * (sh.muon_dense + sh.muon_expert) + \
         ADAM_BYTES_PER_PARAM * (sh.adam_dense + sh.adam_expert)
-    flops = sh.ns_flops
     if spec.train.optimizer == "dist_muon":
-        dp = group_span(spec, "dp_cp").size
-        nbytes /= dp
-        flops /= dp
+        nbytes /= group_span(spec, "dp_cp").size
     total = sh.muon_dense + sh.muon_expert + sh.adam_dense + sh.adam_expert
     nbytes += (GRAD_NORM_BYTES_PER_PARAM + ZERO_GRAD_BYTES_PER_PARAM) * total
     bw = hw.hbm_gbps * 1e9 * hw.hbm_efficiency
-    gemm_s = flops / (hw.peak_tflops("fp32") * 1e12 * hw.gemm_efficiency)
-    return nbytes / bw + gemm_s + NUM_KERNELS * hw.kernel_overhead_s
+    return nbytes / bw + muon_step(spec, stage).device_s + NUM_KERNELS * hw.kernel_overhead_s
 
 
 def optimizer_step_s(spec: RunSpec, num_params_on_rank,

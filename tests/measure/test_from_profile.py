@@ -223,3 +223,45 @@ def test_moe_imbalance_from_the_measured_routing():
     same = layer_costs_from_profile(with_loads(ep1, loads), ep1).kinds["moe"]
     assert same.fwd_s == pytest.approx(
         layer_costs_from_profile(with_loads(ep1, ()), ep1).kinds["moe"].fwd_s)
+
+
+def test_shorter_measured_sequence_is_restored_with_core_attention_on_its_own():
+    """The plan's ``seq`` rule: measured at half the target's sequence, per-token parts
+    scale with the tokens (about 2x) and core attention by its own, steeper, ratio."""
+    target = S.run(S.tiny(), hw="cpu", gpn=1, train={"seq_length": 8192,
+                                                    "global_batch_size": 8})
+    d = downscale(target, 1, "cpu", seq_length=4096)
+    assert any(r.startswith("seq: 8192 -> 4096") for r in d.rules)
+    prof = profile_for(target)
+    prof = dataclasses.replace(prof, downscale_overrides=d.overrides, rules=d.rules,
+                               measured_shapes=rank_shapes(d.spec))
+    from primus_ext.project.from_profile import _parts
+    pt, pm = _parts(target, False, None), _parts(d.spec, False, None)
+    r_core = pt["core_attn"]["fwd"] / pm["core_attn"]["fwd"]
+    r_rest = (pt["attn"]["fwd"] - pt["core_attn"]["fwd"]) / (
+        pm["attn"]["fwd"] - pm["core_attn"]["fwd"])
+    assert r_core > r_rest > 1.5  # quadratic vs linear in the tokens
+    dense = layer_costs_from_profile(prof, target).kinds["dense"]
+    core, attn, mlp = 0.002, 0.004, 0.004
+    other = FWD - attn - mlp
+    want = ((attn - core) * r_rest + core * r_core
+            + mlp * pt["mlp"]["fwd"] / pm["mlp"]["fwd"]
+            + other * pt["other"]["fwd"] / pm["other"]["fwd"])
+    assert dense.fwd_s == pytest.approx(want)
+    assert 1.5 * FWD < dense.fwd_s < r_core * FWD
+
+
+def test_provenance_says_what_was_measured_and_modelled():
+    from primus_ext.measure.provenance import provenance, provenance_lines
+    target = S.run(S.tiny(), hw="cpu", gpn=1, train={"seq_length": 256,
+                                                    "global_batch_size": 8})
+    prof = profile_for(target)
+    prov = provenance(prof, target)
+    assert prov["times_stand_in"] and "optimizer step (fits the HBM rate)" in prov["measured"]
+    assert prov["downscale_rules"] == list(prof.rules)
+    modelled = dataclasses.replace(prof, step={**prof.step, "optimizer": "modelled"})
+    assert "optimizer step" in provenance(modelled, target)["modelled"]
+    on_h100 = S.run(S.tiny(), hw="h100", gpn=1, train={"seq_length": 256,
+                                                      "global_batch_size": 8})
+    lines = provenance_lines(provenance(prof, on_h100))
+    assert any(x.startswith("simulated: compute times (h100 model)") for x in lines)

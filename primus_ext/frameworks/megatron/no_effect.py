@@ -79,7 +79,7 @@ _REASONS = {
         "--wandb-entity --disable-straggler-on-startup --straggler-ctrlr-port "
         "--straggler-minmax-count --no-barrier-with-level-1-timing --timing-log-option "
         "--help --save-dgrads-interval --save-wgrads-interval "
-        "--check-weight-hash-across-dp-replicas-interval --full-validation "
+        "--full-validation "
         "--multiple-validation-sets"),
     "process setup and host-side housekeeping (initialisation, export and "
     "post-training builders; --manual-gc: no Python GC pauses, which the projection "
@@ -169,7 +169,7 @@ _REASONS = {
         "--fp8-amax-compute-algo --fp8-margin --fp8-interval "
         "--bf16-reduced-precision-matmul --te-rng-tracker --rotary-interleaved "
         "--mrope-section --apply-residual-connection-post-layernorm --muon-momentum "
-        "--muon-use-nesterov --muon-scale-mode --muon-extra-scale-factor"),
+        "--muon-scale-mode --muon-extra-scale-factor"),
 }
 
 # Flags that change kernels, memory or collectives and are not modelled: each is
@@ -288,9 +288,10 @@ _NOT_MODELLED = {
         "--linear-num-key-heads --linear-num-value-heads --linear-value-head-dim"),
     "pipeline P2P overlapped in warm-up and flush (the schedule's P2P is timed "
     "without it)": "--overlap-p2p-communication-warmup-flush",
-    "Muon's Newton-Schulz work other than 5 iterations on q/k/v blocks of each TP "
-    "shard at TF32 (memory/muon.py)": (
-        "--muon-num-ns-steps --muon-no-split-qkv --muon-tp-mode --muon-fp32-matmul-prec"),
+    "Muon's step other than 5 Newton-Schulz iterations in BF16 on the q/k/v blocks "
+    "of each TP shard, without Nesterov momentum (project/muon_step.py)": (
+        "--muon-num-ns-steps --muon-no-split-qkv --muon-tp-mode --muon-fp32-matmul-prec "
+        "--muon-use-nesterov"),
 }
 _DEFAULT_VALUES = {"--softmax-type": "vanilla", "--empty-unused-memory-level": "0",
                    "--muon-num-ns-steps": "5", "--muon-tp-mode": "blockwise",
