@@ -40,6 +40,7 @@ from primus_ext.published.row_facts import flag
 from primus_ext.published.torchtitan import is_torchtitan_row, torchtitan_spec
 from primus_ext.published.tuned import tuned_layout
 from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, TrainSpec
+from primus_ext.spec.train import FP8_RECIPES
 from primus_ext.util.files import input_file
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "validation" / "published_runs.csv"
@@ -306,7 +307,18 @@ def _train(r: _Row, par: ParallelSpec, world: int, measured: Measured,
         notes.append("precision fp16: computed at the bf16 peak (same tensor-core rate)")
     elif precision not in ("bf16", "fp8", "fp32"):
         raise r.fail("precision", f"{precision!r} is not one of bf16, fp8, fp16, fp32")
-    if precision == "fp8" and "fp8_recipe" not in recipe.train:
+    stated_recipe = r.text("fp8_recipe").lower()
+    if stated_recipe:
+        if stated_recipe not in FP8_RECIPES:
+            raise r.fail("fp8_recipe", f"{stated_recipe!r} is not one of "
+                         f"{', '.join(FP8_RECIPES)}")
+        if precision != "fp8":
+            raise r.fail("fp8_recipe", f"{stated_recipe!r} with precision {precision!r} "
+                         "(an FP8 recipe needs precision fp8)")
+        recipe.train["fp8_recipe"] = stated_recipe
+        recipe.notes[:] = [n for n in recipe.notes if not n.startswith("fp8_recipe=")]
+        notes.append(f"fp8_recipe={stated_recipe} (column fp8_recipe)")
+    elif precision == "fp8" and "fp8_recipe" not in recipe.train:
         if precision_kind(precision, r.text("notes")) == "fp8_mx":
             recipe.train["fp8_recipe"] = "mxfp8"
             notes.append("fp8_recipe=mxfp8 (the row's notes: MXFP8, 1x32-block scaling)")

@@ -123,3 +123,13 @@ def test_a_recompute_cell_listing_modules_is_recompute_modules():
     t = run.spec.train
     assert t.recompute_granularity == "selective"
     assert set(t.recompute_modules) == {"layernorm", "moe_act"}
+
+
+def test_fp8_recipe_is_a_column():
+    row = _row("P021")
+    assert row["fp8_recipe"] == "tensorwise"
+    run = parse_row({**row, "fp8_recipe": "mxfp8"})
+    assert run.spec.train.fp8_recipe == "mxfp8"
+    assert "fp8_recipe=mxfp8 (column fp8_recipe)" in run.notes
+    assert "'fp8_recipe'" in parse_row({**row, "fp8_recipe": "nvfp4"}).error
+    assert "needs precision fp8" in parse_row({**row, "precision": "bf16"}).error
