@@ -21,6 +21,8 @@ Per pipeline stage (every rank runs its own optimizer):
   ``--log-params-norm``: ``calc_params_l2_norm`` walks every parameter (the optimizer's
   per-tensor Python once more), one multi-tensor norm, an all-reduce and a read-back.
   The MoE router's terms add their per-step reductions (``router_step_work``).
+- ``--check-weight-hash-across-dp-replicas-interval``: every parameter copied to the
+  host and hashed there (``project/weight_hash.py``), over its interval.
 - **Training loop**: ``hardware.step_host_s`` per iteration (scheduler, timers, logging,
   the loop's own Python): a property of the node's host, fitted with the other host
   constants.
@@ -33,6 +35,7 @@ from primus_ext.compute.host import optimizer_python
 from primus_ext.memory.muon import MUON_OPTIMIZERS
 from primus_ext.memory.rank_params import chunk_param_tensors
 from primus_ext.project.muon_step import muon_step
+from primus_ext.project.weight_hash import weight_hash_s
 from primus_ext.spec import RunSpec
 
 # Read-backs of every iteration (module docstring): grad norm, update_successful and the
@@ -72,7 +75,7 @@ def step_host(spec: RunSpec, stage: int) -> StepHost:
     s_, c_, k_ = router_step_work(spec, stage)
     syncs, colls, kernels = syncs + s_, colls + c_, kernels + k_
     other = (python / hw.host_speed + kernels * hw.launch_s + syncs * hw.sync_s
-             + colls * hw.collective_host_s + hw.step_host_s)
+             + colls * hw.collective_host_s + hw.step_host_s + weight_hash_s(spec, stage))
     return StepHost(optimizer_s=opt, other_s=other)
 
 

@@ -153,6 +153,10 @@ class TrainSpec:
     # TE attention/dot_product_attention/softmax.py). None: on GPU presets, off on `cpu`
     # (the kernels are CUDA only); resolved by memory/report.py like ``te``.
     masked_softmax_fusion: bool | None = None
+    # Megatron-LM --check-weight-hash-across-dp-replicas-interval N: every N iterations
+    # each rank copies every parameter to the host and hashes it there, then all-gathers
+    # the hashes (project/weight_hash.py); None: never.
+    check_weight_hash_interval: int | None = None
 
     def __post_init__(self) -> None:
         check_types(self, _OWNER)
@@ -187,6 +191,12 @@ class TrainSpec:
                              "gradient_accumulation_fusion=True (megatron-core: 'Cannot "
                              "defer embedding wgrad compute when gradient accumulation "
                              "fusion is not used')")
+        if self.check_weight_hash_interval is not None and (
+                isinstance(self.check_weight_hash_interval, bool)
+                or self.check_weight_hash_interval < 1):
+            raise ValueError("train.check_weight_hash_interval="
+                             f"{self.check_weight_hash_interval!r} must be an int >= 1 "
+                             "(iterations between checks) or None")
         if isinstance(self.wgrad_deferral_limit, bool) or self.wgrad_deferral_limit < 0:
             raise ValueError(f"train.wgrad_deferral_limit={self.wgrad_deferral_limit!r} "
                              "must be an int >= 0 (0: every microbatch)")

@@ -316,6 +316,7 @@ def _train(ns, dp: int, n: Notes) -> TrainSpec:
         and ns.moe_router_force_load_balancing,
         deterministic_mode=ns.deterministic_mode, log_params_norm=ns.log_params_norm,
         log_num_zeros_in_grad=ns.log_num_zeros_in_grad,
+        check_weight_hash_interval=ns.check_weight_hash_across_dp_replicas_interval,
         cuda_graph_scope=cuda_graph_scope(ns),
         masked_softmax_fusion=False if ns.no_masked_softmax_fusion else None,
         # torch FSDP2 requires the flag (Megatron-LM validate_args) and the memory model

@@ -229,6 +229,9 @@ def train_args(spec: RunSpec) -> list:
     a.switch("--deterministic-mode", t.deterministic_mode)
     a.switch("--log-params-norm", t.log_params_norm)
     a.switch("--log-num-zeros-in-grad", t.log_num_zeros_in_grad)
+    if t.check_weight_hash_interval is not None:
+        a.value("--check-weight-hash-across-dp-replicas-interval",
+                t.check_weight_hash_interval)
     # Megatron-LM core_v0.16.1 (arguments.py --cuda-graph-scope): full_iteration only
     # with the local implementation (and without the NaN check), the other scopes with
     # transformer_engine; no scope captures whole layers.

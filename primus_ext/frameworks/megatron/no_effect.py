@@ -79,7 +79,7 @@ _REASONS = {
         "--wandb-entity --disable-straggler-on-startup --straggler-ctrlr-port "
         "--straggler-minmax-count --no-barrier-with-level-1-timing --timing-log-option "
         "--help --save-dgrads-interval --save-wgrads-interval "
-        "--check-weight-hash-across-dp-replicas-interval --full-validation "
+        "--full-validation "
         "--multiple-validation-sets"),
     "process setup and host-side housekeeping (initialisation, export and "
     "post-training builders; --manual-gc: no Python GC pauses, which the projection "

@@ -239,6 +239,8 @@ TRAIN = (
     _f("--deterministic-mode", "train.deterministic_mode", False),
     _f("--log-params-norm", "train.log_params_norm", False),
     _f("--log-num-zeros-in-grad", "train.log_num_zeros_in_grad", False),
+    _f("--check-weight-hash-across-dp-replicas-interval",
+       "train.check_weight_hash_interval", None, int),
     # CUDA graphs (Megatron-LM main): --cuda-graph-impl none|local|transformer_engine
     # with --cuda-graph-scope (or its older name --cuda-graph-modules), the legacy
     # --enable-cuda-graph (local, whole layers) and --external-cuda-graph
