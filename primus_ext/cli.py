@@ -69,9 +69,11 @@ def _sweep_job(cfg: DictConfig):
 
 def _drop_empty_run_dir() -> None:
     """Remove the run directory Hydra made for a single run when nothing was written
-    into it (most modes write their outputs where the user says)."""
+    into it (most modes write their outputs where the user says); kept under torchrun."""
     from hydra.core.hydra_config import HydraConfig
 
+    if torchrun_rank(os.environ) is not None:
+        return  # the ranks share it; one finishing early must not pull it from the others
     try:
         os.rmdir(HydraConfig.get().runtime.output_dir)
     except (OSError, ValueError):

@@ -124,7 +124,15 @@ def spec_and_notes(cfg: DictConfig) -> tuple[RunSpec, list[str]]:
              "parallel": _build(ParallelSpec, "parallel", parallel),
              "train": _build(TrainSpec, "train", _plain(cfg.train)),
              "cluster": _build(ClusterSpec, "cluster", {**cluster, "hardware": hw})}
-    return RunSpec(**parts, framework=str(cfg.get("framework", "megatron"))), notes
+    spec = RunSpec(**parts, framework=str(cfg.get("framework", "megatron")))
+    if spec.layout.how == "balanced":
+        # Megatron-LM refuses layers that do not divide pp*vpp unless the split is
+        # written out (arguments.py:570); the recipe writes it, the projection says so.
+        notes = notes + [f"{spec.layout.describe()}: the layers do not divide pp*vpp, so "
+                         "the split is chosen here; a recipe writes it as "
+                         "--pipeline-model-parallel-layout (Megatron-LM refuses the "
+                         "line without it)"]
+    return spec, notes
 
 
 def layout_note(cfg: DictConfig) -> str | None:

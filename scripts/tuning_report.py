@@ -90,7 +90,8 @@ def tune_run(run, seconds: float) -> dict:
             "pub": pub, "best": best, "gain": gain, "same": same,
             "resolvable": cmp.resolvable and not same,
             "words": cmp.words(), "pub_band": band_cell(pub, moe, inferred),
-            "best_band": band_cell(best, moe), "inferred": inferred,
+            # the same layout has the same band (the published one's basis)
+            "best_band": band_cell(best, moe, inferred and same), "inferred": inferred,
             "tuned_layout": _layout(r.best_spec, r.best.point),
             "pub_layout": _layout(run.spec, point_of(run.spec)),
             "tight": bool(best.get("memory_tight")),

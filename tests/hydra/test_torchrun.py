@@ -46,7 +46,10 @@ def test_single_run_outside_torchrun_writes_nothing_in_cwd(dirs, run_app):
     res = run_app(["mode=describe", "model=tiny_dense"], cwd=cwd, home=home)
     assert res.returncode == 0, res.stderr
     assert not list(cwd.iterdir())
-    (run_dir,) = (home / "runs").iterdir()
+    assert not list((home / "runs").iterdir())  # its run directory stayed empty: removed
+    res = run_app(["mode=describe", "model=tiny_dense", "hydra.output_subdir=.hydra"],
+                  cwd=cwd, home=home)
+    (run_dir,) = (home / "runs").iterdir()  # one that holds something is kept
     assert not run_dir.name.startswith("torchrun")
 
 

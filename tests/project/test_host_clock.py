@@ -43,7 +43,8 @@ def test_a_small_model_is_host_bound_and_a_large_one_is_not():
     big = parse_launch_args(
         ["--num-layers", "80", "--hidden-size", "8192", "--num-attention-heads", "64",
          "--group-query-attention", "--num-query-groups", "8", "--ffn-hidden-size",
-         "28672", "--swiglu", "--seq-length", "8192", "--micro-batch-size", "1",
+         "28672", "--swiglu", "--seq-length", "8192", "--max-position-embeddings", "8192",
+         "--micro-batch-size", "1",
          "--global-batch-size", "64", "--bf16", "--vocab-size", "128256",
          "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "4",
          "--target-hardware", "h100", "--target-nodes", "4",

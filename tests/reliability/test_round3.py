@@ -229,3 +229,11 @@ def test_a_single_run_leaves_no_empty_run_directory(tmp_path):
     run = app(["mode=describe"], tmp_path / "home")
     assert run.returncode == 0
     assert not list((tmp_path / "home" / "runs").iterdir())
+
+
+def test_a_layout_chosen_here_is_said(tmp_path):
+    run = app(["parallel.pp=3", "parallel.cp=1", "cluster.gpus_per_node=6",
+               "train.global_batch_size=126"], tmp_path / "home")
+    assert run.returncode == 0, run.stderr
+    assert "layers per virtual stage: [11,11,10]" in run.stdout
+    assert "--pipeline-model-parallel-layout" in run.stdout

@@ -38,7 +38,8 @@ for name, p in build(spec, with_optimizer=False).bare().named_parameters():
 print(json.dumps(layers))
 """
 MOE = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
-       "--seq-length", "32", "--ffn-hidden-size", "128", "--num-experts", "4",
+       "--seq-length", "32", "--max-position-embeddings", "32", "--ffn-hidden-size", "128",
+       "--num-experts", "4",
        "--moe-ffn-hidden-size", "32", "--moe-shared-expert-intermediate-size", "32",
        "--swiglu", "--normalization", "RMSNorm", "--disable-bias-linear",
        "--group-query-attention", "--num-query-groups", "2",

@@ -28,7 +28,8 @@ for name, p in built.bare().named_parameters():
 print(json.dumps([muon, adam]))
 """
 MOE = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
-       "--seq-length", "32", "--ffn-hidden-size", "128", "--num-experts", "4",
+       "--seq-length", "32", "--max-position-embeddings", "32", "--ffn-hidden-size", "128",
+       "--num-experts", "4",
        "--moe-ffn-hidden-size", "32", "--moe-shared-expert-intermediate-size", "32",
        "--swiglu", "--normalization", "RMSNorm", "--disable-bias-linear",
        "--group-query-attention", "--num-query-groups", "2",
