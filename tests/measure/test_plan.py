@@ -84,3 +84,27 @@ def test_nothing_fits_says_what_it_needs_and_points_to_simulate():
     line = p.need_line(t)
     assert "\n" not in line and "--projection-backend simulate" in line
     assert f"{p.total_bytes / GIB:.1f} GiB" in line
+
+
+def test_cpu_proof_targets_are_measured_as_requested():
+    """docs/cpu-proof.md's targets fit a CPU as they are: the plan changes nothing, so
+    the proof measures what it always measured (scripts/cpu_proof.py's configurations,
+    its measurement options, two processes sharing the budget)."""
+    import importlib.util
+    path = Path(__file__).resolve().parents[2] / "scripts" / "cpu_proof.py"
+    spec = importlib.util.spec_from_file_location("cpu_proof_for_plan", path)
+    cp = importlib.util.module_from_spec(spec)
+    import sys
+    sys.modules[spec.name] = cp  # its dataclasses look their module up
+    spec.loader.exec_module(cp)
+    from primus_ext.frameworks.megatron.args import parse_megatron_args
+    for quick in (False, True):
+        for c in cp.configs(quick):
+            t = parse_megatron_args(cp._target_flags(c))
+            world = cp.measure_procs(c)
+            req = Candidate(layers_per_kind=2, num_microbatches=4, optimizer=True)
+            p = plan_measurement(t, _down(t, world), req, hardware="cpu", use_te=False,
+                                 num_processes=2, budget_bytes=6 * GIB,
+                                 seconds_budget=150.0, base_bytes=512 << 20, warmup=2,
+                                 repeats=16, capture=False, contention=True, cuda=False)
+            assert p.fits and p.steps == () and p.candidate == req, (quick, c.name)
