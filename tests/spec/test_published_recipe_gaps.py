@@ -55,11 +55,11 @@ def test_fp8_recipe_follows_each_sources_stack(by_id):
     # The software each source ran decides its FP8 recipe: Transformer Engine 1.x
     # (NeMo 24.07) and v0.10 (llm-foundry's FP8 benchmarks) have DelayedScaling only;
     # torchtitan's float8 converter scales tensorwise; NeMo 25.04 rows state current
-    # scaling in their notes.
+    # scaling (the fp8_recipe column).
     for run_id, recipe, cited in (("P010", "delayed", "Transformer Engine 1.x"),
                                   ("P087", "delayed", "Transformer Engine v0.10"),
                                   ("P063", "tensorwise", "torchao Float8Linear"),
-                                  ("P022", "tensorwise", "the row's notes")):
+                                  ("P022", "tensorwise", "column fp8_recipe")):
         run = by_id[run_id]
         assert run.spec.train.fp8_recipe == recipe, run_id
         assert any(n.startswith("fp8_recipe=") and cited in n for n in run.notes), \
