@@ -12,15 +12,8 @@ from __future__ import annotations
 from typing import Callable
 
 from primus_ext.spec import RunSpec
+from primus_ext.tune.space import _pow2_upto
 from primus_ext.tune.splits import megatron_split, pp_sizes
-
-
-def _pow2_upto(n: int) -> list[int]:
-    out, v = [], 1
-    while v <= n:
-        out.append(v)
-        v *= 2
-    return out
 
 
 def start_candidates(*, world: int, node_size: int, num_layers: int) -> list[tuple]:
