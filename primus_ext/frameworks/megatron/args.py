@@ -34,6 +34,7 @@ from primus_ext.frameworks.megatron.no_effect import split_unknown
 from primus_ext.frameworks.megatron.table import FLAGS
 from primus_ext.frameworks.megatron.target import default_target_note, target_cluster
 from primus_ext.spec import ParallelSpec, RunSpec, TrainSpec
+from primus_ext.util.files import check_outputs
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -367,7 +368,6 @@ def parse_launch_args(argv: list[str] | None = None, *, name: str | None = None
     n = Notes()
     spec = _spec(ns, name, n)
     not_mod, no_eff = split_unknown(unknown, n.not_modelled)
-    from primus_ext.util.files import check_outputs
     check_outputs({"--projection-out": ns.projection_out, "--profile-out": ns.profile_out,
                    "--timings-out": ns.timings_out}, {"--recipe-out": ns.recipe_out})
     return LaunchArgs(spec=spec, train_iters=ns.train_iters or 10,
