@@ -30,7 +30,7 @@ from primus_ext.presets import hardware_preset  # noqa: E402
 from primus_ext.published import DEFAULT_PATH, read_runs  # noqa: E402
 from primus_ext.published.golden import as_runs, read_golden  # noqa: E402
 from scripts.band_report import band_section  # noqa: E402
-from scripts.golden_report import golden_section, moe_apart_section  # noqa: E402
+from scripts.golden_report import golden_section  # noqa: E402
 
 OUT = ROOT / "docs" / "accuracy.md"
 SHORT = {"compute_s": "comp", "recompute_s": "rec", "tp_comm_s": "tp", "cp_comm_s": "cp",
@@ -60,10 +60,13 @@ nothing fitted) and **leave-one-source-out** (each source projected by constants
 all the other sources: what a run from a source nobody tuned the projector to can
 expect). Acceptance (`tests/project/test_accuracy.py`, `tests/slow/test_loso.py`):
 calibrated median |error| <= {cal_med:.0%} and p90 <= {cal_p90:.0%}, priors-only median
-<= {pri_med:.0%}, leave-one-source-out median <= {loso_med:.0%} and p90 <= {loso_p90:.0%}.
+<= {pri_med:.0%}, leave-one-source-out median <= {loso_med:.0%} and p90 <= {loso_p90:.0%};
+over the MoE rows (`arch=moe`), leave-one-source-out median <= {moe_med:.0%} and p90 <=
+{moe_p90:.0%}.
 """
 # Acceptance bounds the tests assert (kept here so the page states the same figures).
-BOUNDS = dict(cal_med=0.05, cal_p90=0.12, pri_med=0.10, loso_med=0.08, loso_p90=0.20)
+BOUNDS = dict(cal_med=0.05, cal_p90=0.12, pri_med=0.10, loso_med=0.08, loso_p90=0.20,
+              moe_med=0.10, moe_p90=0.25)
 
 
 LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too little)
@@ -290,7 +293,7 @@ def report(loso: bool = True) -> str:
              ""]
     if held is not None:
         lines += [*loso_table(held, seconds), "", *band_section(held, runs), ""]
-    lines += [*golden_section(calib, lofo=loso), "", *moe_apart_section(), ""]
+    lines += [*golden_section(calib, lofo=loso), ""]
     lines += [LIMITS]
     lines += rows_table(results, {r.run_id: r for r in runs})
     lines += ["", "Calibration meta: `" + json.dumps(calib.meta, sort_keys=True) + "`", ""]
