@@ -219,7 +219,8 @@ def moe_ops(sh: Shapes) -> list[OpCost]:
     expert_ops = []
     if flex:
         if backend == "deepep":
-            recv = ts * ranks_hit(m, sh.ep) * routed_fraction(sh)
+            hit = ranks_hit(m, sh.ep, sh.train.moe_router_exact_balance)
+            recv = ts * hit * routed_fraction(sh)
             moved = (recv + rows) * h * ab
             expert_ops.append(memory_op(sh, "permute", "moe", moved, moved, gather=True))
     else:

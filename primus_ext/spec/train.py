@@ -112,7 +112,9 @@ class TrainSpec:
     # attention's two batched GEMMs in FP8 (cuDNN FP8 flash attention); FP8 runs only.
     fp8_dot_product_attention: bool = False
     # Every expert receives exactly ``tokens * topk / experts`` rows (NeMo AutoModel's
-    # FakeBalancedGate with noise 0), not the random spread of forced balancing.
+    # FakeBalancedGate with noise 0), not the random spread of forced balancing: token t
+    # goes to experts t*k .. t*k+k-1 (mod E), consecutive ids, so it reaches the fewest
+    # EP ranks and nodes a window of k experts covers (compute/routing.py).
     moe_router_exact_balance: bool = False
     # What the router routes (compute/routing.py): 'real' = text, through a learned
     # router whose per-expert loads are skewed within a micro-batch (the busiest EP rank
