@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from proof_common import GOAL  # noqa: E402
-from proof_common import load as _load, med as _med, run as _run, \
+from proof_common import load as _load, med as _med, paired_error, run as _run, \
     torchrun as _torchrun  # noqa: E402
 RESULTS = ROOT / "docs" / "cpu-proof.json"
 
@@ -238,7 +238,7 @@ def main() -> int:
         meas = _med([r["measured"] for r in rs])
         rows.append({"config": c.name, "what": c.what, "nproc": c.nproc,
                      "projected_step_s": proj, "measured_step_s": meas,
-                     "error": (proj - meas) / meas, "breakdown": rs[0]["breakdown"],
+                     "error": paired_error(rs), "breakdown": rs[0]["breakdown"],
                      "rounds": rs, "measured_steps_s": rs[-1]["steps"]})
     _print(rows)
     print(f"(wall {time.time() - t0:.0f} s)")

@@ -18,6 +18,19 @@ NOTES = """## Where the errors come from
   the table holds medians over rounds; the per-round figures show the spread. Pairs in
   one process agree: the 2-layer measured model and the 16-layer real model timed in
   alternation gave 28.6 and 28.7 ms per layer.
+- **pp2 moves with the machine, not with the schedule.** On 2026-12-06 five rounds gave
+  pp2 25-44 % under its real runs, while the same code in two later rounds gave +2 % and
+  +16 % and the code of 2026-12-01 (which gave -7 % then) gave -8 % and -30 %. In those
+  rounds the one-process measurement timed a dense layer at 11-27 ms (forward +
+  backward) while the real pp2 steps stayed at 0.43-0.62 s. Timed back to back with
+  megatron-core's own `forward_step` / `backward_step` (12 steps of 8 microbatches),
+  the real pp2 stages ran 22 ms forward and 31 ms backward per microbatch, a one-process
+  run of the same 2-layer stage 19 and 29 ms, and a DP2 run of it 19 and 29 ms: the
+  pipeline step was 1.16 x the one-process step (0.467 / 0.403 s: the 1-in-8 bubble and
+  0.04 s of p2p per step), as the schedule projects. What pp2's rounds miss is a
+  machine that ran the measurement faster than the real run a minute later; a
+  hand-off between the two processes (gloo send/recv ping-pong around 0-15 ms of
+  compute) costs 0.1-0.3 ms, so waking a waiting stage is not it.
 - **Collectives in situ (tp2).** TP2 with SP issues 10 collectives per layer and
   microbatch (4 in forward, 6 in backward) of 131 KB each, between GEMMs of about 1 ms.
   Costed from microbenchmark fits (each call after 2 ms of compute) the projection came
@@ -78,7 +91,10 @@ def write_doc(results: dict) -> None:
              "`launch/pretrain_gpt.py` right after "
              f"({iters} iterations; the median of the steady-state steps, after the first "
              f"two). All of it {rounds} time(s): the table shows the median over rounds "
-             "of the projection and of the measured step.",
+             "of the projection and of the measured step, and the median of the rounds' "
+             "errors (a round's measurement and real run see one state of the machine, "
+             "whose speed drifts over minutes; the two medians can come from different "
+             "rounds).",
              "",
              *result_table(rows)]
     errs = [x["projected"] / x["measured"] - 1 for r in rows for x in r["rounds"]]

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from proof_common import fit_collectives, load as _load, med as _med, \
     meta as _proof_meta, run as _run, steady_steps, torchrun as _torchrun, \
-    with_fits, breakdown_table, result_table  # noqa: E402
+    with_fits, breakdown_table, paired_error, result_table  # noqa: E402
 
 RESULTS = ROOT / "docs" / "cpu-proof-torchtitan.json"
 NOTES = """## Where the errors come from
@@ -284,7 +284,7 @@ def main() -> int:
         rows.append({"config": c.name, "what": c.what, "nproc": c.nproc,
                      "overrides": list(c.overrides), "flags": list(c.flags),
                      "projected_step_s": proj, "measured_step_s": meas,
-                     "error": (proj - meas) / meas, "breakdown": rs[0]["breakdown"],
+                     "error": paired_error(rs), "breakdown": rs[0]["breakdown"],
                      "rounds": rs})
     print(f"{'config':<8} {'projected step s':>17} {'measured step s':>16} {'error':>8}")
     for r in rows:
@@ -326,7 +326,9 @@ def _write_doc(results: dict) -> None:
         "for real by torchtitan's Trainer under torchrun "
         f"(`python -m primus_ext.frameworks.torchtitan.train`, {meta['iters']} steps, the "
         f"median of the steps after the first {meta.get('warmup_steps', 2)}). All of it "
-        f"{meta['rounds']} time(s); the table holds the medians over rounds.", "",
+        f"{meta['rounds']} time(s); the table holds the medians over rounds of the projected and the measured "
+        "step, and the median of the rounds' errors (a round's measurement and real run "
+        "see one state of the machine, whose speed drifts over minutes).", "",
         *result_table(rows)]
     lines += ["", "Targets (primus-ext overrides; the same layout as torchtitan flags):", ""]
     for r in rows:
