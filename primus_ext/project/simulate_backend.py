@@ -125,6 +125,24 @@ def early_stop_ops(ops: list[OpCost], hidden_dropout: float) -> list[OpCost]:
     return list(ops)
 
 
+# The flex dispatcher's combine: DeepEP's / HybridEP's autograd functions keep their
+# handle on ``ctx`` and save no tensor (megatron-core fused_a2a.py FusedCombine, the copy
+# in NeMo AutoModel components/moe/megatron/fused_a2a.py).
+FLEX_COMBINE = "moe.ep_combine"
+
+
+def _after_last_saved(spec: RunSpec | None, comms: list[Tagged]) -> set[str]:
+    """Forward collectives an early-stopping recompute does not reach: under torch's
+    non-reentrant checkpoint the recompute ends at the block's last saved tensor. With
+    the flex dispatcher the MoE block ends with the combine and the residual add, neither
+    of which saves a tensor (the routed experts' unpermute is the last that does; NeMo
+    AutoModel's MoE.forward runs the shared experts before the routed ones, layers.py
+    @e45812012456), so the combine is not issued again."""
+    if spec is None or spec.parallel.moe_token_dispatcher_type != "flex":
+        return set()
+    return {c.name for c, _ in comms if c.name == FLEX_COMBINE}
+
+
 def recomputed(ops: list[OpCost], recompute: set[str] | None,
                early_stop_dropout: float | None = None
                ) -> tuple[list[OpCost], float, float]:
@@ -158,8 +176,11 @@ def _assemble(kind: str, ops: list[OpCost], comms: list[Tagged], recompute: set[
     # An op-level policy names the collectives it re-issues; else a recomputed module
     # re-issues its own.
     by_op = set() if recompute is ALL else {m[5:] for m in recompute if m.startswith("comm:")}
+    tail = _after_last_saved(spec, comms) if recompute is ALL and \
+        early_stop_dropout is not None else set()
     for c, mod in comms:
         again = recompute is ALL or (c.collective in by_op if by_op else mod in recompute)
+        again = again and c.name not in tail
         if c.phase == "fwd" and again:
             out.append(replace(c, name=c.name + ".recompute", phase="bwd"))
     out += [c for c, _ in fsdp]
