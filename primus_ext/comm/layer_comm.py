@@ -307,7 +307,10 @@ def fsdp_comms(spec: RunSpec, dense_params: float, expert_params: float,
     again in backward (resharded after forward), gradients reduce-scattered in fp32
     (16-bit for fp16 runs or ``grad_reduce_in_fp32=False``), hidden behind the layer's
     own compute of the phase where the device runs them on streams
-    (``hardware.collective_streams``; on a CPU each blocks its rank: all exposed)."""
+    (``hardware.collective_streams``; on a CPU each blocks its rank: all exposed).
+    The backward's gather and reduce-scatter share its window in proportion to their
+    times (both move over the same links while the backward runs: what they expose
+    together is their sum less the window)."""
     if not spec.parallel.fsdp:
         return []
     hw = spec.cluster.hardware
@@ -316,23 +319,33 @@ def fsdp_comms(spec: RunSpec, dense_params: float, expert_params: float,
     pb = spec.train.param_bytes
     gb = grad_bytes_per_param(spec)
     out: list[Tagged] = []
+    groups = []
     for axis, n in (("dp_cp", dense_params), ("edp", expert_params)):
         span = group_span(spec, axis)
         if n <= 0 or span.size == 1:
             continue
-        ag = all_gather_s(hw, span, n * pb)
-        rs = collective_s(hw, span, "reduce_scatter", n * gb)
+        groups.append((axis, n, span, all_gather_s(hw, span, n * pb),
+                       collective_s(hw, span, "reduce_scatter", n * gb)))
+    # Each phase's window is shared by its collectives in proportion to their times.
+    fwd_total = sum(ag for *_, ag, _ in groups)
+    bwd_total = sum(ag + rs for *_, ag, rs in groups)
+    for axis, n, span, ag, rs in groups:
         ax = "dp" if axis == "dp_cp" else "edp"
         for name, coll, secs, nbytes, phase, win in (
-                ("fsdp_all_gather", "all_gather", ag, n * pb, "fwd", fwd_window),
-                ("fsdp_all_gather_bwd", "all_gather", ag, n * pb, "bwd", _half(bwd_window)),
+                ("fsdp_all_gather", "all_gather", ag, n * pb, "fwd",
+                 _share(fwd_window, ag, fwd_total)),
+                ("fsdp_all_gather_bwd", "all_gather", ag, n * pb, "bwd",
+                 _share(bwd_window, ag, bwd_total)),
                 ("fsdp_reduce_scatter", "reduce_scatter", rs, n * gb, "bwd",
-                 _half(bwd_window))):
+                 _share(bwd_window, rs, bwd_total))):
             out.append((CommOp(name=f"{prefix}.{name}_{ax}", axis=ax, collective=coll,
                                num_bytes=int(nbytes), group_size=span.size, phase=phase,
                                seconds=secs, exposed_s=exposed_s(hw, secs, win)), "fsdp"))
     return out
 
 
-def _half(window: float | None) -> float | None:
-    return None if window is None else window / 2
+def _share(window: float | None, secs: float, total: float) -> float | None:
+    """A collective's share of a window its phase's collectives split by their times."""
+    if window is None:
+        return None
+    return window * secs / total if total > 0 else window

@@ -18,6 +18,9 @@ Dispatchers (``parallel.moe_token_dispatcher_type``, megatron-core):
   With group-limited routing (``moe_router_num_groups`` / ``moe_router_group_topk``) a
   token reaches few domains: DeepSeek-V3 on EP 64 over 8 nodes, 8 groups of 32 experts,
   top-4 groups, top-8 experts: 3.5 remote nodes instead of 7 remote copies.
+  NeMo AutoModel's ``FakeBalancedGate`` (``train.moe_router_exact_balance``) gives each
+  token ``k`` consecutive experts (``routing.consecutive_blocks_hit``): on the same
+  layout 2 ranks of one node, remote for 7 tokens in 8.
 - ``allgather``: the EP group's tokens are all-gathered (``T h ep`` bytes) and the
   expert outputs reduce-scattered; backward mirrors.
 
@@ -60,7 +63,8 @@ from primus_ext.comm.collectives import _mesh_share, all_gather_s, network_and_l
 from primus_ext.comm.groups import group_span
 from primus_ext.comm.overlap import exposed_s, sm_share_penalty
 from primus_ext.compute.costs import CommOp
-from primus_ext.compute.routing import expected_domains_hit, ranks_hit
+from primus_ext.compute.routing import consecutive_blocks_hit, expected_domains_hit, \
+    ranks_hit
 from primus_ext.spec.run import RunSpec
 
 _EP_OPS = (("dispatch", "fwd"), ("combine", "fwd"), ("combine_bwd", "bwd"),
@@ -100,12 +104,15 @@ def flex_dispatch_s(spec: RunSpec, span, tokens: float, width_bytes: float) -> f
     eff = (hw.hybridep_efficiency if backend == "hybridep" else hw.deepep_efficiency)
     eff = eff or hw.scale_up_a2a_efficiency
     share = _mesh_share(hw, span, span.ranks_per_domain)
-    per_rank = ranks_hit(m, n)
+    consecutive = spec.train.moe_router_exact_balance
+    per_rank = ranks_hit(m, n, consecutive)
     t_up = tokens * width_bytes * per_rank / (hw.scale_up_gbps * 1e9 * eff * share)
     t_out = 0.0
     if kd > 1:
-        dom = expected_domains_hit(m.num_moe_experts, m.moe_router_topk, kd,
-                                   m.moe_router_num_groups, m.moe_router_group_topk)
+        dom = (consecutive_blocks_hit(m.num_moe_experts, m.moe_router_topk, kd)
+               if consecutive else
+               expected_domains_hit(m.num_moe_experts, m.moe_router_topk, kd,
+                                    m.moe_router_num_groups, m.moe_router_group_topk))
         t_out = out_tier_s(hw, tokens * width_bytes * dom * (kd - 1) / kd)
     base = hw.scale_up_latency_s if kd == 1 else hw.scale_out_latency_s
     return base + max(t_up, t_out)
@@ -139,7 +146,8 @@ def ep_comm_ops(spec: RunSpec, tokens: float, width_bytes: float, *,
         t = flex_dispatch_s(spec, span, tokens * busiest, width_bytes)
         secs = {n: t for n, _ in _EP_OPS}
         coll = {n: "all_to_all" for n, _ in _EP_OPS}
-        size = tokens * ranks_hit(spec.model, span.size) * width_bytes
+        size = tokens * ranks_hit(spec.model, span.size,
+                                  spec.train.moe_router_exact_balance) * width_bytes
     else:
         up, out = _ep_bytes(spec, tokens * busiest, width_bytes)
         t = network_and_link_s(hw, span, up, out, a2a=True)

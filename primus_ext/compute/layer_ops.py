@@ -219,7 +219,8 @@ def moe_ops(sh: Shapes) -> list[OpCost]:
     expert_ops = []
     if flex:
         if backend == "deepep":
-            recv = ts * ranks_hit(m, sh.ep) * routed_fraction(sh)
+            hit = ranks_hit(m, sh.ep, sh.train.moe_router_exact_balance)
+            recv = ts * hit * routed_fraction(sh)
             moved = (recv + rows) * h * ab
             expert_ops.append(memory_op(sh, "permute", "moe", moved, moved, gather=True))
     else:
@@ -280,7 +281,26 @@ def expert_mlp_ops(sh: Shapes, rows_e: float, rows: float, local: int, f: int,
                gated_activation(sh, "experts_act", "moe_act", rows, f),
                linear(sh, "experts_fc2", "moe", rows_e, f, sh.hidden, groups=local,
                       streams=streams)]
+        if sh.model.add_bias_linear and par.moe_grouped_gemm:
+            ops.append(_expert_fc2_bias(sh, rows, local))
     return _fp8_padding(sh, ops, rows)
+
+
+def _expert_fc2_bias(sh: Shapes, rows: float, local: int) -> OpCost:
+    """The experts' fc2 bias (``add_bias_linear``, e.g. gpt-oss) in TEGroupedMLP.
+
+    fc2 returns its bias apart (``skip_bias_add=True``) and megatron-core adds it scaled by
+    each row's routing probability in eager PyTorch, one expert at a time
+    (``TEGroupedMLP._apply_bias``, moe/experts.py, core 0.16 through Aug 2026 outside the
+    fused op-fuser path): ``torch.cat([t + b * p for each expert]).to(dtype)``. Forward,
+    per expert ``b * p`` (write) and ``t + b * p`` (read two, write one), then the cat
+    (read, write): six element passes in ``2 * local + 1`` kernels. Backward (autograd):
+    the bias gradient ``sum_rows(dy * p)`` and the probabilities' ``sum_h(dy * b)`` per
+    expert, each a product written and read back by a reduction: six passes in
+    ``4 * local`` kernels; ``dy`` itself passes through."""
+    e = rows * sh.hidden * sh.act_bytes
+    return memory_op(sh, "experts_fc2_bias", "moe", 6 * e, 6 * e,
+                     fwd_kernels=2 * local + 1, bwd_kernels=4 * local)
 
 
 def _fp8_padding(sh: Shapes, ops: list[OpCost], rows: float) -> list[OpCost]:

@@ -82,6 +82,23 @@ def fp8_cast(recipe: str) -> tuple[float, int]:
     return 4.0, 1
 
 
+def grouped_cast_kernels(recipe: str, groups: int, one_kernel: bool = False) -> int:
+    """Kernels that quantise one operand of a grouped GEMM over ``groups`` experts.
+
+    Transformer Engine's GroupedLinear quantises its input and its output gradient per
+    expert (``tex.split_quantize`` with one quantizer per GEMM; TE v2.8-v2.12
+    pytorch/csrc/extensions/cast.cpp ``multi_tensor_quantize_impl``): only when every
+    quantizer is a delayed-scaling ``Float8Quantizer`` does one fused kernel
+    (``nvte_multi_cast_transpose``) cast all groups; current scaling and MXFP8 / block
+    scaling call ``quantizer->quantize`` once per expert, current scaling's three kernels
+    each (amax, scale, cast; ``Float8CurrentScalingQuantizer::quantize_impl``). A true
+    grouped kernel (``one_kernel``) quantises in a fused producer or one grouped call."""
+    kernels = fp8_cast(recipe)[1]
+    if groups > 1 and not one_kernel and recipe != "delayed":
+        return kernels * groups
+    return kernels
+
+
 def linear(sh: Shapes, name: str, module: str, tokens: float, d_in: int, d_out: int, *,
            dtype: str | None = None, groups: int = 1, streams: int = GROUPED_STREAMS,
            one_kernel: bool = False, cast_input: bool = True,
@@ -92,7 +109,8 @@ def linear(sh: Shapes, name: str, module: str, tokens: float, d_in: int, d_out: 
     on ``streams`` CUDA streams (one: a per-expert loop), or as ``one_kernel``
     (compute/gemm.py). FP8 GEMMs add the quantisation casts of their inputs as
     memory-bound kernels: the activation in forward and the output gradient in backward,
-    each quantised as ``fp8_cast`` says for the run's recipe (the weights' FP8
+    each quantised as ``fp8_cast`` says for the run's recipe, per expert in a grouped
+    GEMM (``grouped_cast_kernels``; the weights' FP8
     copies are cached across microbatches by Transformer Engine and not counted);
     ``cast_input`` / ``cast_grad`` False: a fused producer writes them quantised.
     """
@@ -113,7 +131,8 @@ def linear(sh: Shapes, name: str, module: str, tokens: float, d_in: int, d_out: 
     # One GEMM per group (TE GroupedLinear: one cuBLAS call per local expert).
     k_f, k_b = (1, 2) if one_kernel else (groups, 2 * groups)
     if dtype == "fp8":
-        per, kernels = fp8_cast(sh.train.fp8_recipe)
+        per = fp8_cast(sh.train.fp8_recipe)[0]
+        kernels = grouped_cast_kernels(sh.train.fp8_recipe, groups, one_kernel)
         if cast_input:
             cast_f = tokens * d_in * groups * per
             t_f += cast_f / sh.bw + kernels * sh.overhead

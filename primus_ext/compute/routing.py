@@ -10,12 +10,16 @@ bytes a dispatch moves).
   ``moe_router_num_groups`` / ``moe_router_group_topk``). The flex dispatcher
   (DeepEP / HybridEP) sends a token once per destination rank and once per destination
   domain over the network, so these counts size its traffic.
+- ``consecutive_blocks_hit``: the same count when a token's ``k`` experts are
+  consecutive ids (NeMo AutoModel's ``FakeBalancedGate``, ``train.moe_router_exact_
+  balance``): token ``t`` takes experts ``t k .. t k + k - 1`` (mod ``E``), so it
+  reaches the fewest ranks a window of ``k`` experts can cover.
 - ``routing_spread_factor``: the busiest EP rank's routed rows over the mean. The
   expert compute and the all-to-all of a layer end with the busiest rank.
 """
 from __future__ import annotations
 
-from math import comb, sqrt
+from math import comb, gcd, sqrt
 from statistics import NormalDist
 
 
@@ -63,9 +67,30 @@ def expected_domains_hit(num_experts: int, topk: int, num_domains: int,
     return kd * (gk / g) * (1.0 - _p_miss(per_grp, round(per_dom), kk))
 
 
-def ranks_hit(model, ep: int) -> float:
+def consecutive_blocks_hit(num_experts: int, topk: int, num_blocks: int) -> float:
+    """Distinct blocks (of ``num_blocks``, each holding ``E / num_blocks`` consecutive
+    experts) that a token's experts fall in, averaged over the tokens, when token ``t``
+    is routed to experts ``(t k + j) mod E``, ``j < k``.
+
+    NeMo AutoModel's ``FakeBalancedGate`` with ``noise`` 0 (``components/moe/layers.py``,
+    github.com/NVIDIA-NeMo/Automodel @e45812012456, the same since @f0dbc51c6):
+    ``indices = torch.arange(n_tokens * a_exp).view(-1, a_exp) % available_experts``.
+    The window starts at a multiple of ``g = gcd(k, E)``; the ``E / g`` starts occur
+    equally often over a rank's tokens, so the mean over them is exact."""
+    e, k, nb = num_experts, topk, num_blocks
+    if nb <= 1 or e <= 0 or k <= 0:
+        return 1.0
+    starts = range(0, e, gcd(k, e))
+    hit = sum(len({((s + j) % e) * nb // e for j in range(min(k, e))}) for s in starts)
+    return hit / len(starts)
+
+
+def ranks_hit(model, ep: int, consecutive: bool = False) -> float:
     """Expected distinct EP ranks (of ``ep``, each holding ``E / ep`` consecutive experts)
-    a token is sent to."""
+    a token is sent to; ``consecutive``: each token's experts are consecutive ids
+    (``consecutive_blocks_hit``), else uniform routing."""
+    if consecutive:
+        return consecutive_blocks_hit(model.num_moe_experts, model.moe_router_topk, ep)
     return expected_domains_hit(model.num_moe_experts, model.moe_router_topk, ep,
                                 model.moe_router_num_groups, model.moe_router_group_topk)
 

@@ -30,10 +30,17 @@ from primus_ext.project.stages import stage_times
 from primus_ext.spec import RunSpec
 
 
+def schedule_runs(spec: RunSpec) -> int:
+    """Pipeline schedules the step runs one after another (``train.
+    microbatches_per_schedule``): each fills and drains the pipeline."""
+    per_run = spec.train.microbatches_per_schedule
+    return spec.num_microbatches // per_run if per_run else 1
+
+
 def _schedule_input(spec: RunSpec, st, p2p_s: float) -> ScheduleInput:
     p = spec.parallel
     sched = p.resolved_schedule
-    m = spec.num_microbatches
+    m = spec.num_microbatches // schedule_runs(spec)
     if p.pp == 1:
         sched = "1f1b"
     group = None
@@ -112,14 +119,17 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
     # work (read-backs, logging reductions, the loop itself) with the device idle.
     optimizer = [max(sync.optimizer_s[s], host[s].optimizer_s)
                  for s in range(spec.parallel.pp)]
-    totals = [sched.step_s + sync.exposed_s[s] + optimizer[s] + replicas[s]
+    # Schedules run back to back (schedule_runs); the timeline shows the first.
+    runs = schedule_runs(spec)
+    busy = [runs * b for b in sched.busy_s]
+    totals = [runs * sched.step_s + sync.exposed_s[s] + optimizer[s] + replicas[s]
               + host[s].other_s for s in range(spec.parallel.pp)]
     # The critical stage: the latest to finish; among stages that finish together (the
     # pipeline ties them) the one with the most work of its own, so that the breakdown
     # shows the stage that sets the pace rather than one that waits for it.
     top = max(totals)
     crit = max((s for s in range(len(totals)) if totals[s] >= top * (1 - 1e-6)),
-               key=lambda s: sched.busy_s[s] + sync.exposed_s[s] + optimizer[s]
+               key=lambda s: busy[s] + sync.exposed_s[s] + optimizer[s]
                + replicas[s])
     step_s = totals[crit]
     comm = st.comm_s[crit]

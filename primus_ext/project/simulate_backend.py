@@ -126,16 +126,11 @@ def early_stop_ops(ops: list[OpCost], hidden_dropout: float) -> list[OpCost]:
     return list(ops)
 
 
-def _assemble(kind: str, ops: list[OpCost], comms: list[Tagged], recompute: set[str] | None,
-              fsdp: list[Tagged] = (), early_stop_dropout: float | None = None,
-              host: tuple[HostWork, HostWork] | None = None, spec: RunSpec | None = None,
-              post_sync: tuple[HostWork, float] | None = None) -> LayerCost:
-    """``early_stop_dropout``: the model's hidden dropout when a full recompute runs
-    under torch's early-stopping checkpoint (``train.recompute_early_stop``), else None.
-    ``host``: the (forward, backward) host work of the layer besides its kernels and
-    collectives (compute/host.py), timed on ``spec``'s hardware. ``post_sync``: the
-    forward's (host work, device seconds) after its synchronisation."""
-    f, d, w, ff, bf = sum_ops(ops)
+def recomputed(ops: list[OpCost], recompute: set[str] | None,
+               early_stop_dropout: float | None = None
+               ) -> tuple[list[OpCost], float, float]:
+    """(the ops recomputed whole, forward seconds and FLOPs of the recompute) of a layer
+    (``recompute``: ALL or the selective module set; see ``_assemble``)."""
     if recompute is ALL:
         rec = list(ops) if early_stop_dropout is None else \
             early_stop_ops(ops, early_stop_dropout)
@@ -147,6 +142,20 @@ def _assemble(kind: str, ops: list[OpCost], comms: list[Tagged], recompute: set[
         half = [o for o in ops if f"op:{o.name}/2" in recompute and o not in rec]
         rec_s += sum(o.fwd_s for o in half) / 2
         rec_flops += sum(o.fwd_flops for o in half) / 2
+    return rec, rec_s, rec_flops
+
+
+def _assemble(kind: str, ops: list[OpCost], comms: list[Tagged], recompute: set[str] | None,
+              fsdp: list[Tagged] = (), early_stop_dropout: float | None = None,
+              host: tuple[HostWork, HostWork] | None = None, spec: RunSpec | None = None,
+              post_sync: tuple[HostWork, float] | None = None) -> LayerCost:
+    """``early_stop_dropout``: the model's hidden dropout when a full recompute runs
+    under torch's early-stopping checkpoint (``train.recompute_early_stop``), else None.
+    ``host``: the (forward, backward) host work of the layer besides its kernels and
+    collectives (compute/host.py), timed on ``spec``'s hardware. ``post_sync``: the
+    forward's (host work, device seconds) after its synchronisation."""
+    f, d, w, ff, bf = sum_ops(ops)
+    rec, rec_s, rec_flops = recomputed(ops, recompute, early_stop_dropout)
     out = [c for c, _ in comms]
     # An op-level policy names the collectives it re-issues; else a recomputed module
     # re-issues its own.
@@ -253,10 +262,14 @@ def with_launches(spec: RunSpec, work: tuple[HostWork, HostWork], ops: list[OpCo
 
 
 def _fsdp(spec: RunSpec, ops: list[OpCost], dense: float, expert: float, prefix: str,
-          comms: list[Tagged] = ()) -> list[Tagged]:
+          comms: list[Tagged] = (), recompute_s: float = 0.0) -> list[Tagged]:
     """FSDP traffic hides behind the layer's compute of each phase, less what the
     layer's other collectives already hide there: one stretch of compute cannot hide two
-    transfers (without this, faster compute could expose more than it saves)."""
+    transfers (without this, faster compute could expose more than it saves). The
+    backward phase's compute includes the layer's recompute (``recompute_s``): the
+    backward gather is issued before the recomputed forward runs (Megatron-FSDP's
+    pre-forward hook in the ``PRE_BACKWARD`` state, or the previous layer's backward
+    prefetch) and the reduce-scatter runs on behind the next layer's recompute."""
     if not spec.parallel.fsdp:
         return []
     f, d, w, _, _ = sum_ops(ops)
@@ -264,7 +277,7 @@ def _fsdp(spec: RunSpec, ops: list[OpCost], dense: float, expert: float, prefix:
     for c, _ in comms:
         busy[c.phase] += c.seconds - c.exposed_s
     return fsdp_comms(spec, dense, expert, max(f - busy["fwd"], 0.0),
-                      max(d + w - busy["bwd"], 0.0), prefix)
+                      max(d + w + recompute_s - busy["bwd"], 0.0), prefix)
 
 
 def _simulate(spec: RunSpec) -> LayerCosts:
@@ -284,13 +297,14 @@ def _simulate(spec: RunSpec) -> LayerCosts:
         if name in kinds:
             continue
         if (moe, window) not in parts:
-            ops, comms, host, post = _decoder_parts(spec, sh, moe, window)
-            dense_p, expert_p = layer_params_on_rank(model, par, i)
-            parts[(moe, window)] = ops, comms, host, post, _fsdp(
-                spec, ops, dense_p, expert_p, base, comms)
-        ops, comms, host, post, fs = parts[(moe, window)]
+            parts[(moe, window)] = (*_decoder_parts(spec, sh, moe, window),
+                                    layer_params_on_rank(model, par, i))
+        ops, comms, host, post, (dense_p, expert_p) = parts[(moe, window)]
         stop = model.hidden_dropout if spec.train.recompute_early_stop else None
-        kinds[name] = _assemble(name, ops, comms, ALL if i in full else selective, fs,
+        rec = ALL if i in full else selective
+        fs = _fsdp(spec, ops, dense_p, expert_p, base, comms,
+                   recomputed(ops, rec, stop)[1] if spec.parallel.fsdp else 0.0)
+        kinds[name] = _assemble(name, ops, comms, rec, fs,
                                 early_stop_dropout=stop, host=host, spec=spec,
                                 post_sync=post)
 

@@ -29,7 +29,12 @@ they leave unstated takes the source's documented default, each with a note.
   wraps each block in torch's non-reentrant ``checkpoint_wrapper`` (``moe/parallelizer.py
   apply_ac``), whose recompute stops early (a row that does not state it is left to the
   memory ladder: the published configs differ on it); AutoModel's DeepSeek-V3 (``models/deepseek_v3/model.py``) has no
-  multi-token-prediction module.
+  multi-token-prediction module. FSDP2 keeps the blocks gathered through the step
+  (``reshard_after_forward=False``) and ``fsdp_mixin.py`` defers the gradient
+  reduce-scatter and the reshard to the last microbatch: one gather and one
+  reduce-scatter per step with or without a pipeline. With a pipeline each
+  gradient-accumulation step runs its own schedule (``recipes/llm/benchmark.py``: one
+  ``schedule.step`` per step of the loop, over LBS / pp_microbatch_size microbatches).
 - **AMD Primus MoE package** (github.com/AMD-AGI/Primus @3aaf2d5fb41e,
   ``examples/moe_package``): the baseline configs set ``moe_permute_fusion: false``,
   ``moe_use_legacy_grouped_gemm: true`` (grouped_gemm's multi-stream GEMMs, costed as
@@ -57,6 +62,8 @@ _FORCED = re.compile(r"forced load balancing", re.I)
 _A2A_OVERLAP = re.compile(r"\+1f1b overlap|A2A_OVERLAP=1", re.I)
 _GRAPHS = re.compile(r"CUDA graphs \(([^)]*)\)", re.I)
 _MXFP8 = re.compile(r"\bMXFP8\b", re.I)
+_LBS = re.compile(r"\bLBS (\d+)\b")
+_PP_MBS = re.compile(r"\bpp_microbatch_size (\d+)\b")
 
 
 # The repository's launch scripts by the layout they run (gpu, tp, pp, vpp, ep, mbs,
@@ -136,6 +143,26 @@ def automodel(f: RowFacts, rec: Recipe) -> None:
     if f.model_preset == "deepseek_v3":
         rec.set("model", "mtp_num_layers", 0,
                 f"{AUTOMODEL} models/deepseek_v3/model.py: no MTP module")
+    lbs, pp_mbs = _LBS.search(f.notes), _PP_MBS.search(f.notes)
+    if f.pp > 1 and lbs and pp_mbs and int(lbs.group(1)) % int(pp_mbs.group(1)) == 0:
+        rec.set("train", "microbatches_per_schedule",
+                int(lbs.group(1)) // int(pp_mbs.group(1)),
+                f"{AUTOMODEL} recipes/llm/benchmark.py: one pipeline schedule.step per "
+                "gradient-accumulation step over local_batch_size / pp_microbatch_size "
+                "microbatches (the row's LBS and pp_microbatch_size)")
+    if f.sharding.startswith("fsdp") and f.pp == 1:
+        # As under a pipeline (published/reader.py): the blocks stay gathered from the
+        # first forward to the last backward and their gradients are reduce-scattered
+        # once, so the step moves one gather and one reduce-scatter, as the distributed
+        # optimizer does, with FSDP2's unsharded gradients made in the backward.
+        why = (f"{AUTOMODEL} moe/parallelizer.py parallelize_model / apply_fsdp: "
+               "reshard_after_forward=False; moe/fsdp_mixin.py prepare_for_grad_"
+               "accumulation (enable_fsdp_optimizations true in the benchmark configs): "
+               "set_requires_gradient_sync(False) and set_reshard_after_backward(False) "
+               "until the last microbatch")
+        rec.set("parallel", "fsdp", False, why)
+        rec.set("parallel", "use_distributed_optimizer", True, why)
+        rec.set("parallel", "grad_buffer", "on_backward", why)
 
 
 _FEATURES_DEEPEP = re.compile(r"Primus-Turbo DeepEP", re.I)

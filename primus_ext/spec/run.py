@@ -158,6 +158,10 @@ def check_run(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
         raise ValueError(f"train.seq_length/cp={train.seq_length // par.cp} is not "
                          f"divisible by tp={par.tp} (sequence parallelism)")
     m = train.global_batch_size // per_step
+    per_run = train.microbatches_per_schedule
+    if per_run is not None and m % per_run:
+        raise ValueError(f"train.microbatches_per_schedule={per_run} does not divide the "
+                         f"step's {m} microbatches (global_batch_size/(micro_batch_size*dp))")
     if par.resolved_schedule == "interleaved" and m < par.pp and not titan:
         raise ValueError(
             f"interleaved schedule needs num_microbatches >= pp: global_batch_size/"

@@ -67,6 +67,12 @@ class TrainSpec:
     # Config.num_chunks = 8) runs lm_head + cross-entropy per chunk, so its vocab-parallel
     # loss issues its small all-reduces once per chunk (project/torchtitan.py sets it).
     loss_chunks: int = 1
+    # Microbatches of one pipeline schedule run (warm-up, steady state, cool-down): None =
+    # every microbatch of the step in one schedule (megatron-core's
+    # forward_backward_func); torch.distributed.pipelining runs ``schedule.step`` once per
+    # gradient-accumulation step (NeMo AutoModel recipes/llm/benchmark.py and
+    # train_ft.py), so a step of m microbatches drains the pipeline m / this times.
+    microbatches_per_schedule: int | None = None
     # Elementwise kernels fused (True: Megatron / Transformer Engine's fused RMSNorm, RoPE,
     # SwiGLU and bias-dropout-add, or torch.compile). False: eager PyTorch, where RMSNorm,
     # complex-valued RoPE and SwiGLU run as chains of single-op kernels with fp32
@@ -112,7 +118,9 @@ class TrainSpec:
     # attention's two batched GEMMs in FP8 (cuDNN FP8 flash attention); FP8 runs only.
     fp8_dot_product_attention: bool = False
     # Every expert receives exactly ``tokens * topk / experts`` rows (NeMo AutoModel's
-    # FakeBalancedGate with noise 0), not the random spread of forced balancing.
+    # FakeBalancedGate with noise 0), not the random spread of forced balancing: token t
+    # goes to experts t*k .. t*k+k-1 (mod E), consecutive ids, so it reaches the fewest
+    # EP ranks and nodes a window of k experts covers (compute/routing.py).
     moe_router_exact_balance: bool = False
     # What the router routes (compute/routing.py): 'real' = text, through a learned
     # router whose per-expert loads are skewed within a micro-batch (the busiest EP rank
@@ -162,6 +170,8 @@ class TrainSpec:
         check_types(self, _OWNER)
         for f in ("seq_length", "micro_batch_size", "global_batch_size", "loss_chunks"):
             positive(_OWNER, f, getattr(self, f))
+        if self.microbatches_per_schedule is not None:
+            positive(_OWNER, "microbatches_per_schedule", self.microbatches_per_schedule)
         one_of(_OWNER, "precision", self.precision, PRECISIONS)
         one_of(_OWNER, "fp8_recipe", self.fp8_recipe, FP8_RECIPES)
         one_of(_OWNER, "recompute_granularity", self.recompute_granularity,

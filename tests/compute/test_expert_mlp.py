@@ -10,12 +10,20 @@ dispatcher spares (layer_ops.moe_ops).
 - FP8 grouped GEMMs of a dropless MoE pad every expert's rows (Transformer Engine
   Fp8Padding, megatron-core TEGroupedMLP.forward): two row copies forward and two
   backward, none with token dropping padded to capacity or router-side padding.
+- Their operands are quantised per expert, as Transformer Engine's GroupedLinear does
+  (tests/data/te_grouped_quantize/kernels.json): one fused kernel for all experts only
+  under delayed scaling, three per expert under current scaling.
+- An expert fc2 bias (gpt-oss) is added per expert in eager PyTorch (megatron-core
+  TEGroupedMLP._apply_bias), outside the fused grouped MLP.
 - The flex dispatcher sends tokens unpermuted: DeepEP permutes the received rows once,
   HybridEP inside its kernels; the alltoall dispatcher permutes before and sorts after.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
+from importlib.util import find_spec
+from pathlib import Path
 
 from sim_specs import run
 from primus_ext.compute.layer_ops import moe_ops
@@ -57,7 +65,7 @@ def test_fused_grouped_mlp_is_one_kernel_without_activation():
     assert "experts_act" not in fused and "experts_act" in plain
     assert fused["experts_fc1"].fwd_kernels == 1 + 1  # one grouped GEMM and its input cast
     assert fused["experts_fc2"].fwd_kernels == 1  # input written quantised by fc1
-    assert plain["experts_fc2"].fwd_kernels == 16 + 1
+    assert plain["experts_fc2"].fwd_kernels == 16 + 16  # a GEMM and an MXFP8 cast per expert
     total = sum(_t(o) for n, o in fused.items() if n.startswith("experts"))
     assert total < sum(_t(o) for n, o in plain.items() if n.startswith("experts"))
 
@@ -81,3 +89,40 @@ def test_flex_dispatchers_skip_the_alltoall_permutations():
     assert "sort_chunks" not in deepep
     assert not {"permute", "sort_chunks", "unsort_chunks", "unpermute"} & set(hybrid)
     assert _t(deepep["permute"]) < _t(a2a["permute"]) + _t(a2a["sort_chunks"])
+
+
+TE_QUANTIZE = Path(__file__).resolve().parents[1] / "data" / "te_grouped_quantize" / "kernels.json"
+
+
+def test_fp8_grouped_casts_launch_per_expert_as_transformer_engine_does():
+    facts = json.loads(TE_QUANTIZE.read_text())["per_recipe"]
+    for recipe, k in facts.items():
+        ops = _ops(train=dict(precision="fp8", fp8_recipe=recipe))
+        casts = k["fixed"] + 16 * k["per_expert"]  # 16 local experts
+        for name in ("experts_fc1", "experts_fc2"):
+            assert ops[name].fwd_kernels == 16 + casts, (recipe, name)
+            assert ops[name].bwd_kernels == 2 * 16 + casts, (recipe, name)
+    # the launches are device time too: current scaling's 48 casts outlast delayed's one
+    cs = _ops(train=dict(precision="fp8", fp8_recipe="tensorwise"))
+    ds = _ops(train=dict(precision="fp8", fp8_recipe="delayed"))
+    assert cs["experts_fc1"].fwd_s > ds["experts_fc1"].fwd_s
+
+
+def _apply_bias_source() -> str:
+    core = Path(find_spec("megatron.core").submodule_search_locations[0])
+    text = (core / "transformer" / "moe" / "experts.py").read_text()
+    start = text.index("def _apply_bias(")
+    return text[start:text.index("def ", start + 10)]
+
+
+def test_expert_fc2_bias_is_added_per_expert_in_eager_pytorch():
+    src = _apply_bias_source()  # the installed megatron-core's own code
+    assert "torch.split(" in src and "torch.cat(" in src and "b * p" in src
+    biased = _ops(model=_qwen(add_bias_linear=True))
+    op = biased["experts_fc2_bias"]
+    assert (op.fwd_kernels, op.bwd_kernels) == (2 * 16 + 1, 4 * 16)
+    assert op.fwd_bytes == op.bwd_bytes > 0
+    assert "experts_fc2_bias" not in _ops()  # no bias
+    mx = dict(precision="fp8", fp8_recipe="mxfp8")
+    fused = _ops(model=_qwen(add_bias_linear=True), moe_fused_grouped_mlp=True, train=mx)
+    assert "experts_fc2_bias" not in fused  # the op fuser scales the bias itself

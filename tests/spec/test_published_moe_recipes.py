@@ -103,6 +103,14 @@ def test_automodel_rows(by_id):
         assert s.train.moe_routing_data == "mock", run_id
     for run_id in ("P109", "P110"):  # AutoModel's DeepSeek-V3 has no MTP module
         assert by_id[run_id].spec.model.mtp_num_layers == 0
+    # FSDP2 without a pipeline: reshard_after_forward=False (moe/parallelizer.py) and the
+    # gradient sync deferred to the last microbatch (moe/fsdp_mixin.py): one gather and
+    # one reduce-scatter per step, as under a pipeline (P109, P110)
+    for run_id in ("P109", "P110", "P111", "P112"):
+        p = by_id[run_id].spec.parallel
+        assert not p.fsdp and p.use_distributed_optimizer, run_id
+        assert p.grad_buffer == "on_backward", run_id
+    assert _noted(by_id["P111"], "prepare_for_grad_accumulation")
 
 
 def test_primus_moe_package_rows(by_id):
