@@ -33,7 +33,8 @@ exposed, hidden time charged ``comm_overlap_penalty``):
 - **FSDP** (built by the backend, which knows the layer's compute): per layer and
   microbatch an all-gather of the parameters in forward and in backward and a
   reduce-scatter of the gradients in backward, prefetched / issued while the layer
-  computes, so each hides behind that layer's compute of the same phase.
+  computes, so they hide behind that layer's compute of the same phase (the backward's
+  including its recompute), sharing it in proportion to their times.
 
 Each CommOp is paired with the megatron module it belongs to, so a recomputed module
 re-issues its forward collectives (see project/simulate_backend.py).

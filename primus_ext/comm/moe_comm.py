@@ -230,8 +230,10 @@ def merged_fraction(spec: RunSpec) -> float:
     """Share of a stage's forward passes that run merged with another microbatch's
     backward (megatron-core's combined 1F1B): all but the warm-up forwards. For the
     interleaved schedule the first stage warms up with ``(pp - 1) * 2 + (vpp - 1) *
-    group`` chunk forwards out of ``m * vpp`` (``get_pp_rank_microbatches``); without a
-    pipeline one forward runs alone."""
+    group`` chunk forwards out of ``m * vpp``, and one more with the overlap ("we
+    schedule one extra micro-batch forward step before the 1f1b stages",
+    ``get_pp_rank_microbatches``, megatron-core 0.16 schedules.py); without a pipeline
+    one forward runs alone (``combined_1f1b_schedule_for_no_pipelining``)."""
     par = spec.parallel
     m = spec.num_microbatches
     total = m * par.vpp
@@ -239,5 +241,5 @@ def merged_fraction(spec: RunSpec) -> float:
         warm = 1
     else:
         group = par.pp if m % par.pp == 0 else m
-        warm = min((par.pp - 1) * 2 + (par.vpp - 1) * group, total)
+        warm = min((par.pp - 1) * 2 + (par.vpp - 1) * group + 1, total)
     return max(total - warm, 0) / total

@@ -45,6 +45,12 @@ class LayerCost:
     bwd_host_s: float = 0.0
     fwd_syncs: int = 0
     bwd_syncs: int = 0
+    # The forward's part issued after its synchronisation (an MoE layer's token-count
+    # read-back before the dispatch: the all-to-alls, the experts, the combine): device
+    # seconds (with its exposed collectives) and host seconds; zero when the layer has no
+    # synchronisation or is not split (project/stages.py runs the two clocks over it).
+    fwd_post_sync_s: float = 0.0
+    fwd_post_sync_host_s: float = 0.0
 
     @property
     def fwd_comm_s(self) -> float:

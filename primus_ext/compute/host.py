@@ -71,6 +71,13 @@ class HostWork:
                         self.te_calls + other.te_calls,
                         self.collectives + other.collectives, self.syncs + other.syncs)
 
+    def minus(self, other: "HostWork") -> "HostWork":
+        """What is left when ``other`` is taken out (never below zero)."""
+        return HostWork(max(self.python_s - other.python_s, 0.0),
+                        max(self.kernels - other.kernels, 0.0),
+                        max(self.te_calls - other.te_calls, 0.0),
+                        max(self.collectives - other.collectives, 0.0), self.syncs)
+
     def scaled(self, k: float) -> "HostWork":
         return HostWork(self.python_s * k, self.kernels * k, self.te_calls * k,
                         self.collectives * k, self.syncs * k)
@@ -128,16 +135,29 @@ def moe_python(local_experts: int, grouped: bool, router_fused: bool = False,
     permutation, a fused half replaced by the one TE call the caller counts) and, per
     local expert, megatron-core SequentialMLP's loop; a grouped GEMM runs one expert
     module for all of them."""
-    (small, n_s), (large, n_l) = _MOE_SMALL, _MOE_LARGE
+    small = _MOE_SMALL[0]
     out = []
-    for ph in ("fwd", "bwd"):
-        a, b = _blocks(small)[f"mlp|{ph}"], _blocks(large)[f"mlp|{ph}"]
-        per = max((b - a) / (n_l - n_s), 0.0)
-        base = max(a - n_s * per, 0.0)
+    for i, ph in enumerate(("fwd", "bwd")):
+        per = _moe_per_expert(ph)
+        base = moe_base_python()[i]
         base *= ((0.0 if router_fused else 0.5) + (0.0 if permute_fused else 0.5))
         rest = _layer_rest(small, ph) / 2
         out.append(base + rest + per * (1 if grouped else local_experts))
     return tuple(out)
+
+
+def _moe_per_expert(ph: str) -> float:
+    (small, n_s), (large, n_l) = _MOE_SMALL, _MOE_LARGE
+    a, b = _blocks(small)[f"mlp|{ph}"], _blocks(large)[f"mlp|{ph}"]
+    return max((b - a) / (n_l - n_s), 0.0)
+
+
+def moe_base_python() -> tuple[float, float]:
+    """(forward, backward) reference-host seconds of the unfused MoE block less its
+    per-expert loop: router, permutation and dispatcher, about half each."""
+    (small, n_s) = _MOE_SMALL
+    return tuple(max(_blocks(small)[f"mlp|{ph}"] - n_s * _moe_per_expert(ph), 0.0)
+                 for ph in ("fwd", "bwd"))
 
 
 def embedding_python() -> tuple[float, float]:
@@ -248,12 +268,13 @@ ROUTER_TERM_KERNELS = {
 FUSED_KERNELS = 2
 
 
-def moe_base_kernels(router_fused: bool, permute_fused: bool) -> tuple[float, float]:
+def moe_base_kernels(router_fused: bool, permute_fused: bool, split: bool = False
+                     ) -> tuple:
     """(forward, backward) kernels of the MoE block's router, permutation and dispatcher
     bookkeeping beyond what the op model counts: the reference run's unfused count (the
     MoE block less its per-expert loop, dispatched aten ops that are not views), split
     half router, half permutation; a fused path launches ``FUSED_KERNELS`` instead of
-    its half."""
+    its half. ``split``: per phase the pair (router, permutation) instead of its sum."""
     (small, n_s), (large, n_l) = _MOE_SMALL, _MOE_LARGE
     ops = reference_profile()["variants"]
     out = []
@@ -262,8 +283,9 @@ def moe_base_kernels(router_fused: bool, permute_fused: bool) -> tuple[float, fl
         b = ops[large]["ops_per_microbatch"][f"mlp|{ph}"]["kernels"]
         base = max(a - n_s * (b - a) / (n_l - n_s), 0.0)
         half = base / 2
-        out.append((FUSED_KERNELS if router_fused else half)
-                   + (FUSED_KERNELS if permute_fused else half))
+        pair = (FUSED_KERNELS if router_fused else half,
+                FUSED_KERNELS if permute_fused else half)
+        out.append(pair if split else sum(pair))
     return tuple(out)
 
 

@@ -32,6 +32,7 @@ from primus_ext.compute.extra_ops import embedding_ops, mtp_glue_ops, output_ops
 from primus_ext.compute.offload_time import offload_op
 from primus_ext.compute.host import (HostWork, embedding_work, graphed_parts, layer_parts,
                                      output_work, REPLAY)
+from primus_ext.compute.host_moe import node_work, partial_capture, post_sync_device_s
 from primus_ext.compute.layer_ops import attention_ops, mlp_block_ops
 from primus_ext.compute.ops import OpCost, Shapes, sum_ops
 from primus_ext.project.optimizer import optimizer_step_s
@@ -125,6 +126,24 @@ def early_stop_ops(ops: list[OpCost], hidden_dropout: float) -> list[OpCost]:
     return list(ops)
 
 
+# The flex dispatcher's combine: DeepEP's / HybridEP's autograd functions keep their
+# handle on ``ctx`` and save no tensor (megatron-core fused_a2a.py FusedCombine, the copy
+# in NeMo AutoModel components/moe/megatron/fused_a2a.py).
+FLEX_COMBINE = "moe.ep_combine"
+
+
+def _after_last_saved(spec: RunSpec | None, comms: list[Tagged]) -> set[str]:
+    """Forward collectives an early-stopping recompute does not reach: under torch's
+    non-reentrant checkpoint the recompute ends at the block's last saved tensor. With
+    the flex dispatcher the MoE block ends with the combine and the residual add, neither
+    of which saves a tensor (the routed experts' unpermute is the last that does; NeMo
+    AutoModel's MoE.forward runs the shared experts before the routed ones, layers.py
+    @e45812012456), so the combine is not issued again."""
+    if spec is None or spec.parallel.moe_token_dispatcher_type != "flex":
+        return set()
+    return {c.name for c, _ in comms if c.name == FLEX_COMBINE}
+
+
 def recomputed(ops: list[OpCost], recompute: set[str] | None,
                early_stop_dropout: float | None = None
                ) -> tuple[list[OpCost], float, float]:
@@ -146,24 +165,28 @@ def recomputed(ops: list[OpCost], recompute: set[str] | None,
 
 def _assemble(kind: str, ops: list[OpCost], comms: list[Tagged], recompute: set[str] | None,
               fsdp: list[Tagged] = (), early_stop_dropout: float | None = None,
-              host: tuple[HostWork, HostWork] | None = None, spec: RunSpec | None = None
-              ) -> LayerCost:
+              host: tuple[HostWork, HostWork] | None = None, spec: RunSpec | None = None,
+              post_sync: tuple[HostWork, float] | None = None) -> LayerCost:
     """``early_stop_dropout``: the model's hidden dropout when a full recompute runs
     under torch's early-stopping checkpoint (``train.recompute_early_stop``), else None.
     ``host``: the (forward, backward) host work of the layer besides its kernels and
-    collectives (compute/host.py), timed on ``spec``'s hardware."""
+    collectives (compute/host.py), timed on ``spec``'s hardware. ``post_sync``: the
+    forward's (host work, device seconds) after its synchronisation."""
     f, d, w, ff, bf = sum_ops(ops)
     rec, rec_s, rec_flops = recomputed(ops, recompute, early_stop_dropout)
     out = [c for c, _ in comms]
     # An op-level policy names the collectives it re-issues; else a recomputed module
     # re-issues its own.
     by_op = set() if recompute is ALL else {m[5:] for m in recompute if m.startswith("comm:")}
+    tail = _after_last_saved(spec, comms) if recompute is ALL and \
+        early_stop_dropout is not None else set()
     for c, mod in comms:
         again = recompute is ALL or (c.collective in by_op if by_op else mod in recompute)
+        again = again and c.name not in tail
         if c.phase == "fwd" and again:
             out.append(replace(c, name=c.name + ".recompute", phase="bwd"))
     out += [c for c, _ in fsdp]
-    fh = bh = 0.0
+    fh = bh = ph = pd = 0.0
     fsyncs = bsyncs = 0
     if host is not None and spec is not None:
         fwd, bwd = host  # kernels and the layer's own collectives counted
@@ -181,14 +204,24 @@ def _assemble(kind: str, ops: list[OpCost], comms: list[Tagged], recompute: set[
         fh, bh = fwd.seconds(spec.cluster.hardware, te), bwd.seconds(spec.cluster.hardware, te)
         fsyncs = int(fwd.syncs)
         bsyncs = int(bwd.syncs)
+        if post_sync is not None and fsyncs:
+            ph = min(post_sync[0].seconds(spec.cluster.hardware, te), fh)
+            pd = post_sync[1]
     return LayerCost(kind=kind, fwd_s=f, bwd_input_s=d, bwd_weight_s=w, recompute_s=rec_s,
                      comms=tuple(out), fwd_flops=ff, bwd_flops=bf + rec_flops,
-                     fwd_host_s=fh, bwd_host_s=bh, fwd_syncs=fsyncs, bwd_syncs=bsyncs)
+                     fwd_host_s=fh, bwd_host_s=bh, fwd_syncs=fsyncs, bwd_syncs=bsyncs,
+                     fwd_post_sync_s=pd, fwd_post_sync_host_s=ph)
 
 
-def _decoder_parts(spec: RunSpec, sh: Shapes, moe: bool, window: int | None
-                   ) -> tuple[list[OpCost], list[Tagged], tuple[HostWork, HostWork]]:
-    """The layer's ops, collectives and (forward, backward) host work."""
+def _decoder_parts(spec: RunSpec, sh: Shapes, moe: bool, window: int | None,
+                   mtp: bool = False) -> tuple[list[OpCost], list[Tagged],
+                                               tuple[HostWork, HostWork], tuple | None]:
+    """The layer's ops, collectives and (forward, backward) host work: per part its
+    launches and Python, a graphed part one replay, an MoE block under a router /
+    preprocess graph its eager rest (compute/host_moe.py), and under the combined 1F1B
+    schedule the layer's schedule nodes (``mtp``: an MTP layer's fifth node); last, for
+    an MoE layer whose forward synchronises, the (host work, device seconds) of the
+    forward after the synchronisation, else None."""
     a_ops = attention_ops(sh, window)
     m_ops = mlp_block_ops(sh, moe)
     a_by = {o.name: o for o in a_ops}
@@ -202,12 +235,28 @@ def _decoder_parts(spec: RunSpec, sh: Shapes, moe: bool, window: int | None
     graphed = graphed_parts(spec, moe)
     works = layer_parts(spec, moe)
     fwd, bwd = HostWork(), HostWork()
+    post = None
     for part, ops, comms in (("attn", a_ops, a_comms), ("mlp", m_ops, m_comms)):
         pf, pb = with_launches(spec, works[part], ops, comms)
         if part in graphed:
             pf, pb = REPLAY, REPLAY
+        elif part == "mlp" and moe:
+            (pf, pb), post_host = partial_capture(spec, (pf, pb), ops, comms, _fill(spec),
+                                                  "attn" in graphed)
+            if pf.syncs:
+                post = [post_host, post_sync_device_s(spec, ops, comms)]
         fwd, bwd = fwd + pf, bwd + pb
-    return a_ops + m_ops, a_comms + m_comms, (fwd, bwd)
+    nf, nb = node_work(spec, moe, mtp)
+    if post is not None:
+        # three of an MoE layer's four schedule nodes run after the dispatch's sync
+        post[0] = post[0] + nf.scaled(0.75)
+    return a_ops + m_ops, a_comms + m_comms, (fwd + nf, bwd + nb), \
+        (tuple(post) if post is not None else None)
+
+
+def _fill(spec: RunSpec) -> int:
+    """Kernels each op launch costs: one, and its fills under deterministic mode."""
+    return 1 + DETERMINISTIC_FILLS if spec.train.deterministic_mode else 1
 
 
 # ``at::empty`` calls per kernel in Transformer Engine's extensions (NVIDIA/
@@ -226,7 +275,7 @@ def with_launches(spec: RunSpec, work: tuple[HostWork, HostWork], ops: list[OpCo
     ``torch.utils.deterministic.fill_uninitialized_memory`` makes every ``at::empty``
     launch a fill) each kernel comes with ``DETERMINISTIC_FILLS`` fills."""
     f, b = work
-    fill = 1 + DETERMINISTIC_FILLS if spec.train.deterministic_mode else 1
+    fill = _fill(spec)
     return (f + HostWork(kernels=fill * sum(o.fwd_kernels for o in ops), collectives=sum(
                 c.calls for c, _ in comms if c.phase == "fwd")),
             b + HostWork(kernels=fill * sum(o.bwd_kernels for o in ops), collectives=sum(
@@ -271,13 +320,14 @@ def _simulate(spec: RunSpec) -> LayerCosts:
         if (moe, window) not in parts:
             parts[(moe, window)] = (*_decoder_parts(spec, sh, moe, window),
                                     layer_params_on_rank(model, par, i))
-        ops, comms, host, (dense_p, expert_p) = parts[(moe, window)]
+        ops, comms, host, post, (dense_p, expert_p) = parts[(moe, window)]
         stop = model.hidden_dropout if spec.train.recompute_early_stop else None
         rec = ALL if i in full else selective
         fs = _fsdp(spec, ops, dense_p, expert_p, base, comms,
                    recomputed(ops, rec, stop)[1] if spec.parallel.fsdp else 0.0)
         kinds[name] = _assemble(name, ops, comms, rec, fs,
-                                early_stop_dropout=stop, host=host, spec=spec)
+                                early_stop_dropout=stop, host=host, spec=spec,
+                                post_sync=post)
 
     e_ops = embedding_ops(sh)
     e_comms = embedding_comms(spec, sh)
@@ -309,7 +359,7 @@ def _mtp(spec: RunSpec, sh: Shapes, o_ops: list[OpCost], o_comms: list[Tagged]
     last = model.num_layers - 1
     moe = model.is_moe_layer(last)
     window = model.window_size if model.uses_window(last) else None
-    l_ops, l_comms, l_host = _decoder_parts(spec, sh, moe, window)
+    l_ops, l_comms, l_host, _ = _decoder_parts(spec, sh, moe, window, mtp=True)
     g_ops = mtp_glue_ops(sh)
     block_ops = g_ops + l_ops + o_ops
     block_comms = mtp_glue_comms(spec, sh) + l_comms + o_comms

@@ -15,7 +15,10 @@ microbatch is issued by the host while the device runs it. The host runs ahead t
 stretches the device is slow on and the device waits where the host is (a CUDA launch
 queue holds a thousand kernels, more than a layer issues), so the phase takes
 ``max(device, host)``; each host-device synchronisation inside it drains the queue, after
-which the device also waits for the next kernel's launch. Where no synchronisation
+which the device also waits for the next kernel's launch; a forward with
+synchronisations runs the two clocks over its layers in issue order (``run_clocks``),
+split where each layer synchronises, so the host work after a read-back does not hide
+behind device work issued before it. Where no synchronisation
 separates a stage's phases the host's lead carries over from one to the next and they
 stretch together (below). The host's share per stage is kept in ``host_s``: what the
 phases take beyond their device time.
@@ -58,6 +61,54 @@ def _figures(lc: LayerCost) -> tuple:
 def two_clocks(device_s: float, host_s: float, syncs: int, launch_s: float) -> float:
     """A phase issued by the host while the device runs it (module docstring)."""
     return max(device_s + syncs * launch_s, host_s)
+
+
+def run_clocks(blocks, launch_s: float) -> float:
+    """A phase as an ordered run of (host seconds, device seconds, synchronises after)
+    blocks: the device finishes a block no earlier than the host has issued it, nor than
+    its previous work allows; at a synchronisation the host waits for the device, which
+    then waits a launch for the next kernel. Without synchronisations and with one block
+    this is ``two_clocks``; with them the host work after a synchronisation cannot hide
+    behind the device work before it (a captured attention replayed in one launch does
+    not hide the eager MoE block that follows its token-count read-back)."""
+    host = dev = 0.0
+    for h, d, sync in blocks:
+        host += h
+        dev = max(dev + d, host)
+        if sync:
+            host = max(host, dev)
+            dev = host + launch_s
+    return max(host, dev)
+
+
+def forward_blocks(spec: RunSpec, costs: LayerCosts, stage: int, chunk: int,
+                   sched_s: float) -> list[tuple[float, float, bool]]:
+    """The forward of one virtual stage as ``run_clocks`` blocks, in issue order: the
+    schedule's own work, the embedding, each decoder layer (split at its
+    synchronisation where the backend says where that falls), the output layer and MTP."""
+    layout = spec.layout
+    kinds = costs.kinds
+    out = [(sched_s, 0.0, False)]
+
+    def one(lc: LayerCost) -> None:
+        dev, host = lc.fwd_total_s, lc.fwd_host_s
+        if lc.fwd_syncs and (lc.fwd_post_sync_s or lc.fwd_post_sync_host_s):
+            ph, pd = lc.fwd_post_sync_host_s, min(lc.fwd_post_sync_s, dev)
+            out.append((host - ph, dev - pd, True))
+            out.append((ph, pd, False))
+        else:
+            out.append((host, dev, bool(lc.fwd_syncs)))
+
+    if stage == 0 and chunk == 0 and "embedding" in kinds:
+        one(kinds["embedding"])
+    first = layout.first_layer(stage, chunk)
+    for i in range(first, first + layout.num_layers(stage, chunk)):
+        one(costs.decoder_layer(i))
+    if stage == layout.pp - 1 and chunk == layout.vpp - 1:
+        for name in ("output", "mtp"):
+            if name in kinds and (name != "mtp" or spec.model.mtp_num_layers):
+                one(kinds[name])
+    return out
 
 
 def _kind_counts(costs: LayerCosts, first: int, n: int) -> dict[str, int]:
@@ -141,7 +192,9 @@ def stage_times(spec: RunSpec, costs: LayerCosts) -> StageTimes:
                     new_f.append(max(fwd[s][c], host_f[s][c] - lead_b))
                     new_b.append(max(dev_b[c], host_b[s][c] - lead_f))
             else:
-                new_f = [two_clocks(fwd[s][c], host_f[s][c], sync_f[s][c], hw.launch_s)
+                new_f = [run_clocks(forward_blocks(spec, costs, s, c, sched), hw.launch_s)
+                         if sync_f[s][c] else
+                         two_clocks(fwd[s][c], host_f[s][c], 0, hw.launch_s)
                          for c in range(vpp)]
                 new_b = [two_clocks(dev_b[c], host_b[s][c], sync_b[s][c], hw.launch_s)
                          for c in range(vpp)]

@@ -12,6 +12,7 @@ import pytest
 from primus_ext.compute.layer_ops import attention_ops, mlp_block_ops
 from primus_ext.compute.ops import Shapes
 from primus_ext.project.simulate_backend import early_stop_ops, simulate_layer_costs
+from primus_ext import published
 from primus_ext.published import read_runs
 from tests.project.dispatch_count import forward_backward_ops
 
@@ -95,3 +96,69 @@ def test_llm_foundry_recompute_charges_the_early_stopped_forward():
     assert whole.recompute_s == pytest.approx(with_stop.fwd_s)
     assert with_stop.recompute_s == pytest.approx(whole.recompute_s - skipped)
     assert with_stop.fwd_s == whole.fwd_s  # the forward itself is unchanged
+
+
+def _torch_flex_block_calls() -> dict[str, int]:
+    """Forward calls of a dispatch and a combine autograd Function that, like DeepEP's
+    (megatron-core fused_a2a.py FusedDispatch / FusedCombine, copied in NeMo AutoModel
+    components/moe/megatron/fused_a2a.py), keep their state on ``ctx`` and save no
+    tensor, in a block ending combine -> residual add, under torch's non-reentrant
+    checkpoint (NeMo AutoModel moe/parallelizer.py apply_ac: checkpoint_wrapper)."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+    from torch.utils.checkpoint import checkpoint
+    calls = {"dispatch": 0, "combine": 0}
+
+    def fn(name):
+        class F(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                calls[name] += 1
+                ctx.handle = (x.shape,)  # state on ctx, as DeepEP's handle
+                return x * 1.0
+
+            @staticmethod
+            def backward(ctx, g):
+                return g
+        return F
+
+    dispatch, combine = fn("dispatch"), fn("combine")
+
+    class Block(nn.Module):
+        def __init__(self, d: int = 16):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+
+        def forward(self, x):
+            y = dispatch.apply(x)
+            y = self.fc2(torch.relu(self.fc1(y)))  # the experts (save their inputs)
+            y = y.index_select(0, torch.arange(y.shape[0]))  # unpermute (saves index)
+            return x + combine.apply(y)
+
+    blk = Block()
+    x = torch.randn(8, 16, requires_grad=True)
+    checkpoint(blk, x, use_reentrant=False).sum().backward()
+    return calls
+
+
+def test_early_stop_does_not_reissue_the_flex_combine():
+    calls = _torch_flex_block_calls()
+    assert calls == {"dispatch": 2, "combine": 1}  # torch re-runs the dispatch only
+    run = {r.run_id: r for r in _published()}["P111"]  # NeMo AutoModel, full AC
+    spec = run.spec
+    assert spec.train.recompute_early_stop
+    assert spec.parallel.moe_token_dispatcher_type == "flex"
+    names = {c.name for c in simulate_layer_costs(spec).kinds["moe_recompute"].comms}
+    assert "moe.ep_dispatch.recompute" in names
+    assert "moe.ep_combine.recompute" not in names
+
+
+def _published() -> list:
+    """The published runs, wherever the MoE rows live (the public set, or the file
+    they were held apart in)."""
+    from pathlib import Path
+    paths = [published.DEFAULT_PATH]
+    moe = getattr(published, "MOE_PATH", None)
+    if moe is not None and Path(moe).exists():
+        paths.append(moe)
+    return [r for path in paths for r in read_runs(path)]

@@ -105,7 +105,8 @@ MOE = (
        False),
     # megatron-core requires it with the EP A2A overlap (transformer_config.py: "overlap_
     # moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute"); the
-    # overlap window of comm/moe_comm.py already counts the weight gradients.
+    # overlap window of comm/moe_comm.py already counts the weight gradients, and the
+    # schedule nodes that issue them later are on the host clock (compute/host_moe.py).
     _f("--delay-wgrad-compute", "parallel.overlap_moe_expert_parallel_comm", False),
     _f("--moe-shared-expert-overlap", "parallel.moe_shared_expert_overlap", False),
     _f("--moe-grouped-gemm", "parallel.moe_grouped_gemm", False),
