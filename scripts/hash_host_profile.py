@@ -19,7 +19,6 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -47,7 +46,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     import torch
     torch.set_num_threads(1)
-    from scripts.muon_host_profile import _cpu
+    from primus_ext.measure.device import reference_host
     g = torch.Generator().manual_seed(0)
     small = _hash_s(torch.randn(SMALL, generator=g).to(torch.bfloat16), 50 * a.repeats)
     large = _hash_s(torch.randn(LARGE, generator=g).to(torch.bfloat16), a.repeats)
@@ -56,9 +55,7 @@ def main(argv=None) -> int:
         "method": "scripts/hash_host_profile.py: hashlib.sha1(t.to('cpu').float()"
                   ".numpy(force=True)) on BF16 CPU tensors of "
                   f"{SMALL} and {LARGE} elements, 1 thread, minimum over repeats",
-        "reference_host": {"cpu": _cpu(), "machine": platform.machine(),
-                           "python": platform.python_version(), "torch": torch.__version__,
-                           "measured": time.strftime("%Y-%m-%d", time.gmtime())},
+        "reference_host": reference_host(),
         "per_tensor_s": small,
         "per_element_s": max(large - small, 0.0) / LARGE,
     }

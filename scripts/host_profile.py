@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -36,27 +35,15 @@ def main(argv=None) -> int:
     prepare_runtime(1)
     init_distributed()
     gpu_like_optimizer()
-    import megatron.core
-    import torch
+    from primus_ext.measure.device import reference_host
     t0 = time.perf_counter()
     variants = {}
     for name in a.variants.split(","):
         variants[name] = measure_variant(name, a.steps)
         print(f"{name}: layer fwd+bwd {variants[name]['layer_s'] * 1e3:.3f} ms "
               f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
-    cpu = "unknown"
-    try:
-        cpu = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
-                   if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     data = {"schema_version": 1,
-            "reference_host": {"cpu": cpu, "machine": platform.machine(),
-                               "python": platform.python_version(),
-                               "torch": torch.__version__,
-                               "megatron_core": megatron.core.__version__,
-                               "threads": torch.get_num_threads(),
-                               "measured": time.strftime("%Y-%m-%d")},
+            "reference_host": reference_host(with_megatron=True),
             "method": "scripts/host_profile.py: local spec, bf16, 1 process, hidden 32, "
                       f"sequence 8, {MICROBATCHES} microbatches, depths {DEPTHS}, "
                       f"minimum over {a.steps - 3} steps after 3 (hooked splits: "

@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,15 +34,14 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     import torch
     torch.set_num_threads(1)
+    from primus_ext.measure.device import reference_host
     from primus_ext.measure.muon_replica import count_kernels, seconds_per_weight
     (r, c), ((qr, qc), split) = PLAIN, QKV
     out = {
         "schema_version": 1,
         "method": "scripts/muon_host_profile.py: primus_ext/measure/muon_replica.py, "
                   f"fp32 CPU tensors, 1 thread, minimum over {a.repeats} steps after 10",
-        "reference_host": {"cpu": _cpu(), "machine": platform.machine(),
-                           "python": platform.python_version(), "torch": torch.__version__,
-                           "measured": time.strftime("%Y-%m-%d", time.gmtime())},
+        "reference_host": reference_host(),
         "plain": {"shape": list(PLAIN), "kernels": count_kernels(r, c),
                   "seconds": seconds_per_weight(r, c, a.repeats)},
         "split_qkv": {"shape": [qr, qc], "split": list(split),
@@ -56,16 +53,6 @@ def main(argv=None) -> int:
     tmp.replace(a.out)
     print(json.dumps(out, indent=1))
     return 0
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 if __name__ == "__main__":

@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,27 +25,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(OUT))
     a = ap.parse_args(argv)
-    import megatron.core
     import torch
     torch.set_num_threads(1)
+    from primus_ext.measure.device import reference_host
     from primus_ext.measure.schedule_node import NODES, REPEATS, measure
     res = measure()
     print(f"node: fwd {res['node_fwd_s'] * 1e6:.1f} us, bwd {res['node_bwd_s'] * 1e6:.1f} us "
           f"(plain op fwd {res['plain_op_fwd_s'] * 1e6:.1f} us, bwd "
           f"{res['plain_op_bwd_s'] * 1e6:.1f} us)", file=sys.stderr)
-    cpu = "unknown"
-    try:
-        cpu = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
-                   if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     data = {"schema_version": 1,
-            "reference_host": {"cpu": cpu, "machine": platform.machine(),
-                               "python": platform.python_version(),
-                               "torch": torch.__version__,
-                               "megatron_core": megatron.core.__version__,
-                               "threads": torch.get_num_threads(),
-                               "measured": time.strftime("%Y-%m-%d")},
+            "reference_host": reference_host(with_megatron=True),
             "method": "scripts/schedule_node_profile.py: megatron-core TransformerLayerNode "
                       f"chain of {NODES} nodes over one elementwise op each against the "
                       f"plain chain, minimum over {REPEATS} repeats; CUDA stream, event, "
