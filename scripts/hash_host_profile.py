@@ -47,6 +47,7 @@ def main(argv=None) -> int:
     import torch
     torch.set_num_threads(1)
     from primus_ext.measure.device import reference_host
+    from primus_ext.util.files import atomic_write_text
     g = torch.Generator().manual_seed(0)
     small = _hash_s(torch.randn(SMALL, generator=g).to(torch.bfloat16), 50 * a.repeats)
     large = _hash_s(torch.randn(LARGE, generator=g).to(torch.bfloat16), a.repeats)
@@ -59,9 +60,7 @@ def main(argv=None) -> int:
         "per_tensor_s": small,
         "per_element_s": max(large - small, 0.0) / LARGE,
     }
-    tmp = Path(a.out).with_name(f".{Path(a.out).name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
-    tmp.replace(a.out)
+    atomic_write_text(a.out, json.dumps(out, indent=1, sort_keys=True) + "\n", "--out")
     print(json.dumps(out, indent=1))
     return 0
 

@@ -36,6 +36,7 @@ def main(argv=None) -> int:
     init_distributed()
     gpu_like_optimizer()
     from primus_ext.measure.device import reference_host
+    from primus_ext.util.files import atomic_write_text
     t0 = time.perf_counter()
     variants = {}
     for name in a.variants.split(","):
@@ -51,9 +52,7 @@ def main(argv=None) -> int:
             "variants": variants}
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    tmp.replace(out)
+    atomic_write_text(out, json.dumps(data, indent=1, sort_keys=True) + "\n", "--out")
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

@@ -35,6 +35,7 @@ def main(argv=None) -> int:
     import torch
     torch.set_num_threads(1)
     from primus_ext.measure.device import reference_host
+    from primus_ext.util.files import atomic_write_text
     from primus_ext.measure.muon_replica import count_kernels, seconds_per_weight
     (r, c), ((qr, qc), split) = PLAIN, QKV
     out = {
@@ -48,9 +49,7 @@ def main(argv=None) -> int:
                       "kernels": count_kernels(qr, qc, split_shapes=split),
                       "seconds": seconds_per_weight(qr, qc, a.repeats, split_shapes=split)},
     }
-    tmp = Path(a.out).with_name(f".{Path(a.out).name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
-    tmp.replace(a.out)
+    atomic_write_text(a.out, json.dumps(out, indent=1, sort_keys=True) + "\n", "--out")
     print(json.dumps(out, indent=1))
     return 0
 

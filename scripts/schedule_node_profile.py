@@ -28,6 +28,7 @@ def main(argv=None) -> int:
     import torch
     torch.set_num_threads(1)
     from primus_ext.measure.device import reference_host
+    from primus_ext.util.files import atomic_write_text
     from primus_ext.measure.schedule_node import NODES, REPEATS, measure
     res = measure()
     print(f"node: fwd {res['node_fwd_s'] * 1e6:.1f} us, bwd {res['node_bwd_s'] * 1e6:.1f} us "
@@ -42,9 +43,7 @@ def main(argv=None) -> int:
             **{k: round(v, 9) for k, v in res.items()}}
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    tmp.replace(out)
+    atomic_write_text(out, json.dumps(data, indent=1, sort_keys=True) + "\n", "--out")
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

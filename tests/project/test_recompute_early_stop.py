@@ -154,11 +154,5 @@ def test_early_stop_does_not_reissue_the_flex_combine():
 
 
 def _published() -> list:
-    """The published runs, wherever the MoE rows live (the public set, or the file
-    they were held apart in)."""
-    from pathlib import Path
-    paths = [published.DEFAULT_PATH]
-    moe = getattr(published, "MOE_PATH", None)
-    if moe is not None and Path(moe).exists():
-        paths.append(moe)
-    return [r for path in paths for r in read_runs(path)]
+    """The published runs: the public set and the MoE runs held apart from it."""
+    return read_runs(published.DEFAULT_PATH) + read_runs(published.MOE_PATH)
