@@ -6,8 +6,9 @@ gloo, one thread per process). For every target in turn, and all of it ``--round
 times, the script
 
 1. measures the target's downscaled megatron-core run (the downscaler keeps each rank's
-   shapes) in ONE process, or a target with tensor parallelism on its TP ranks (its
-   in-layer collectives then timed in the run itself);
+   shapes) in ONE process, a target with tensor parallelism on its TP ranks (its
+   in-layer collectives then timed in the run itself), a pipeline target on two stages'
+   ranks (``measure_procs``: its 1F1B schedule timed in situ by a two-stage probe);
 2. for a multi-process target, benchmarks the collectives between two processes (the
    comm tier of this "node"; each call after a burst of compute, as inside a layer) and
    fits them to alpha-beta;
@@ -124,13 +125,21 @@ def measure_procs(c: Config) -> int:
     local ranks, one process otherwise. TP issues ~10 collectives per layer and
     microbatch between short GEMMs: measured in the run itself they carry what a step
     pays (rank skew, the transport's share of the cores, what the async ones leave
-    exposed), which microbenchmark fits do not. EP stays in one process: measured on its
-    2 ranks, ep2 came out 9-17% low in 3 rounds (docs/cpu-proof.md)."""
+    exposed), which microbenchmark fits do not. A pipeline target is measured on two
+    stages' worth of ranks, as ``torchrun --nproc-per-node 2 ... --project-only`` measures
+    it: the flattened stage runs on them as data-parallel replicas (both cores busy),
+    then a two-stage probe times megatron-core's own 1F1B schedule, whose cost beyond
+    the layers the projector adds to each pipeline p2p (rule ``pipeline_insitu``). EP
+    stays in one process: measured on its 2 ranks, ep2 came out 9-17% low in 3 rounds
+    (docs/cpu-proof.md)."""
     f = list(c.flags)
 
     def size(flag: str) -> int:
         return int(f[f.index(flag) + 1]) if flag in f else 1
-    return size("--tensor-model-parallel-size") * size("--context-parallel-size")
+    inner = size("--tensor-model-parallel-size") * size("--context-parallel-size")
+    if size("--pipeline-model-parallel-size") > 1 and 2 * inner <= c.nproc:
+        return 2 * inner
+    return inner
 
 
 # ---- the driver ----------------------------------------------------------------------
@@ -200,8 +209,8 @@ def main() -> int:
             # the pair sees the same machine); the median over rounds keeps a busy
             # neighbour's round out.
             for c in cfgs:
-                print(f"round {rnd + 1}/{rounds}: measurement for {c.name}, 1 process ...",
-                      flush=True)
+                print(f"round {rnd + 1}/{rounds}: measurement for {c.name}, "
+                      f"{measure_procs(c)} process(es) ...", flush=True)
                 loads.append((f"round {rnd + 1} measurement {c.name}", _load()))
                 prof_path = str(tmp / f"profile_{c.name}.json")
                 procs = measure_procs(c)

@@ -82,12 +82,14 @@ def _fold(grid):
 
 def project(spec: RunSpec, *, costs: LayerCosts | None = None,
             calibration: Calibration | str | None = "default",
-            record_timeline: bool = False, memory_options=None) -> Estimate:
+            record_timeline: bool = False, memory_options=None,
+            p2p_extra_s: float = 0.0) -> Estimate:
     """Project one training step of ``spec``.
 
     ``costs`` defaults to the simulate backend; a measured profile supplies its own.
     ``calibration`` ("default", None, a path or a Calibration) sets the hardware's fitted
-    physical constants.
+    physical constants. ``p2p_extra_s`` is added to every pipeline p2p (a measured
+    profile's in-situ pipeline cost: project/pipeline_insitu.py).
     """
     from primus_ext.project.simulate_backend import p2p_time_s, simulate_layer_costs
     from primus_ext.memory.report import memory_report
@@ -103,7 +105,8 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
     if costs is None:
         costs = simulate_layer_costs(spec)
     st = stage_times(spec, costs)
-    sched = simulate_fast(_schedule_input(spec, st, p2p_time_s(spec) + p2p_host_s(spec)),
+    sched = simulate_fast(_schedule_input(spec, st, p2p_time_s(spec) + p2p_host_s(spec)
+                                          + p2p_extra_s),
                           record_events=record_timeline)
     mem = _memory(framework_spec, memory_options, memory_report)
     sync = dp_sync(spec, st, megatron_buckets=framework_spec.framework == "megatron")

@@ -187,9 +187,13 @@ def _measured_comm(kt, part: str | None = None) -> dict[str, float]:
 
 def _per_microbatch_overhead(profile: Profile) -> float:
     step = profile.step
+    if "outside_layers_s" in step:  # kept from the flattened run (pipeline_insitu.py)
+        return max(float(step["outside_layers_s"]), 0.0)
     m = max(int(step.get("num_microbatches", 1)), 1)
     timed = sum(k.num_layers * (k.fwd_s + k.bwd_s) for k in profile.layers.values())
-    per = step.get("fwd_bwd_s", 0.0) / m - timed
+    # The schedule's gradient sync (finalize_model_grads: the data-parallel replicas'
+    # all-reduce) runs once per step inside fwd_bwd_s; the projector costs it apart.
+    per = (step.get("fwd_bwd_s", 0.0) - step.get("finalize_s", 0.0)) / m - timed
     return max(per, 0.0)
 
 
@@ -385,8 +389,17 @@ def project_from_profile(profile: Profile | str, target_spec: RunSpec, *,
         spec = calib.apply(target_spec)
     # A torchtitan target's layers are costed on its megatron-equivalent layout, as the
     # estimate composes its step (project/torchtitan.py: FSDP2's per-block collectives).
-    costs = layer_costs_from_profile(
-        profile, simulated_view(spec) if spec.framework == "torchtitan" else spec)
+    view = simulated_view(spec) if spec.framework == "torchtitan" else spec
+    note = None
+    if same_hardware(profile, target_spec) and view.parallel.pp > 1:
+        from primus_ext.project.pipeline_insitu import insitu_profile, pipeline_insitu_s
+        profile = insitu_profile(profile)
+        extra, note = pipeline_insitu_s(profile, view)
+        if note:
+            kwargs = {**kwargs, "p2p_extra_s": extra}
+    costs = layer_costs_from_profile(profile, view)
+    if note:
+        costs = dataclasses.replace(costs, notes=costs.notes + (note,))
     return project(spec, costs=costs, calibration=None, **kwargs)
 
 

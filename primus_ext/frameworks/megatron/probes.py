@@ -75,41 +75,75 @@ def _synced_records(built: Built, timer: LayerTimer, iters, m: int) -> list:
     return records
 
 
-def _pipeline_probe(target: RunSpec, spec: RunSpec, world: int, warm: bool = True
-                    ) -> list[CollectiveSeen]:
-    """When the target pipelines and two stages fit the launched processes: one step of
-    a two-stage pipeline of the measured layers, to capture the p2p sends."""
+def _pipeline_probe(target: RunSpec, spec: RunSpec, world: int, warm: bool = True,
+                    steps: int = 6) -> tuple[list[CollectiveSeen], dict]:
+    """When the target pipelines and two stages fit the launched processes: a two-stage
+    pipeline, each stage holding the measured layers, run in megatron-core's own 1F1B
+    schedule (``forward_backward_pipelining_without_interleaving``), to capture the p2p
+    sends and to time the pipeline in situ.
+
+    Returns (the p2p sends seen, the probe): ``{"overrides": the probe run's spec,
+    "num_microbatches", "fwd_bwd_s": the schedule's time per step (the median over
+    ``steps`` timed steps, the slowest rank, its gradient sync left out), "layers": kind ->
+    {"fwd", "bwd"} per layer and microbatch timed by hooks there (the mean over the
+    stages)}``. The projector takes a pipeline target's layer times from the probe and
+    adds what the schedule took beyond them to every pipeline p2p
+    (``project/pipeline_insitu.py``). Empty dict when not timed (capture only)."""
     from primus_ext.frameworks.megatron.step import data_iterators
+    from primus_ext.measure.aggregate import _timings
     from primus_ext.measure.tracer import get_tracer
+    from primus_ext.presets.overrides import spec_overrides
     p = spec.parallel
     inner = p.tp * p.cp
     if target.parallel.pp == 1 or world % (2 * inner):
-        return []
+        return [], {}
     dp = world // (2 * inner)
     t = spec.train
+    # Steady state needs microbatches beyond 1F1B's warm-up (pp - 1 = 1); as many as the
+    # target's, up to 8.
+    m = min(max(target.num_microbatches, 4), 8) if warm else 2
     probe = apply_overrides(spec, ["parallel.pp=2", f"train.global_batch_size="
-                                   f"{t.micro_batch_size * dp * 2}",
-                                   f"model.num_layers={max(spec.model.num_layers, 2)}"])
+                                   f"{t.micro_batch_size * dp * m}",
+                                   f"model.num_layers={2 * spec.model.num_layers}"])
     teardown()
     built = build(probe, with_optimizer=warm)
     tracer = get_tracer()
-    timer = LayerTimer(built.bare())  # not attached: only the scope function
+    info: dict = {}
     if warm:
-        _run_steps(built, timer, data_iterators(built), 2, 1, 0, trace=False)
-    _, records = _run_steps(built, timer, data_iterators(built), 2, 0, 1)
+        timer = LayerTimer(built.bare()).attach(parts=False)
+        timed, _ = _run_steps(built, timer, data_iterators(built), m, 1, steps,
+                              trace=False)
+        local = _timings(probe, timer)
+        timer.detach()
+        mine = (_median([r["fwd_bwd_s"] - r["finalize_s"] for r in timed]),
+                {k: {ph: v[ph] for ph in ("fwd", "bwd") if ph in v}
+                 for k, v in local.items() if k != "step"})
+        everyone_t = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone_t, mine)
+        layers: dict[str, dict[str, float]] = {}
+        for kind in {k for _, d in everyone_t for k in d}:
+            for ph in ("fwd", "bwd"):
+                vals = [d[kind][ph] for _, d in everyone_t if ph in d.get(kind, {})]
+                if vals:
+                    layers.setdefault(kind, {})[ph] = sum(vals) / len(vals)
+        info = {"overrides": spec_overrides(probe), "num_microbatches": m,
+                "fwd_bwd_s": max(x for x, _ in everyone_t), "steps": steps,
+                "layers": layers}
+    timer = LayerTimer(built.bare())  # not attached: only the scope function
+    _, records = _run_steps(built, timer, data_iterators(built), m, 0, 1)
     teardown()
     sends = [(r.in_bytes, r.seconds) for r in records if r.collective == "p2p" and r.in_bytes]
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, sends)
     sends = [x for rows in everyone for x in rows]
     if not sends:
-        return []
+        return [], info
     per_send = _median([b for b, _ in sends])
     return [CollectiveSeen(kind="pipeline", part="p2p", op="batch_isend_irecv",
                            collective="p2p", axis="pp", phase="step", group_size=2,
-                           num_bytes=per_send, count=len(sends) / world / 2,
+                           num_bytes=per_send, count=len(sends) / world / m,
                            seconds=_median([x for _, x in sends]),
-                           dtype=str(t.precision))]
+                           dtype=str(t.precision))], info
 
 
 def _activation_bytes(built: Built, spec: RunSpec) -> tuple[dict[str, int], dict]:

@@ -185,9 +185,11 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
             act = _mean_over_ranks(act)
     del built
     teardown()
+    pipe: dict = {}
     if target.parallel.pp > 1:
         with prog.step("collectives: two-stage pipeline probe"):
-            seen += _pipeline_probe(target, timing_spec, world, warm=not capture)
+            sends, pipe = _pipeline_probe(target, timing_spec, world, warm=not capture)
+            seen += sends
 
     layers = {}
     for kind, d in merged.items():
@@ -201,13 +203,15 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
             per_rank_bwd_s=d["per_rank_bwd"],
             expert_loads=expert_loads if kind == "moe" else ())
     step = {k: _median([s[k] for s in steps]) for k in ("step_s", "zero_grad_s", "fwd_bwd_s",
-                                                   "optimizer_s")}
+                                                   "optimizer_s", "finalize_s")}
     step.update(num_microbatches=m, num_params_per_rank=int(num_params), capture_only=capture,
                 executed_flops_per_microbatch=flops,
                 num_expert_params_per_rank=int(num_expert),
                 loss=steps[-1]["loss"] if steps else None,
                 optimizer="measured" if cand.optimizer else "modelled",
                 steps_s=[s["step_s"] for s in steps])
+    if pipe:
+        step["pipeline_probe"] = pipe
     shapes = rank_shapes(timing_spec)
     shapes["attention_backend"] = "flash" if use_te else "unfused"
     if shapes["precision"] == "fp8":

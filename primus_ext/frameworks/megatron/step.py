@@ -69,7 +69,8 @@ def _sync() -> None:
 
 
 def train_step(built: Built, iters: list, num_microbatches: int) -> dict:
-    """One step; returns {'step_s', 'zero_grad_s', 'fwd_bwd_s', 'optimizer_s', 'loss'}."""
+    """One step; returns {'step_s', 'zero_grad_s', 'fwd_bwd_s', 'optimizer_s',
+    'finalize_s' (the gradient sync inside fwd_bwd_s: build.FINALIZE_S), 'loss'}."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
     s = built.spec
     _sync()
@@ -80,6 +81,8 @@ def train_step(built: Built, iters: list, num_microbatches: int) -> dict:
         built.optimizer.zero_grad()
     _sync()
     tz = time.perf_counter()
+    from primus_ext.frameworks.megatron.build import FINALIZE_S
+    FINALIZE_S[0] = 0.0
     fwd_bwd = get_forward_backward_func()
     out = fwd_bwd(forward_step_func=forward_step,
                   data_iterator=iters if len(iters) > 1 else iters[0],
@@ -95,4 +98,4 @@ def train_step(built: Built, iters: list, num_microbatches: int) -> dict:
     losses = [o["lm loss"] for o in out if isinstance(o, dict) and "lm loss" in o]
     loss = float(torch.stack(losses).mean()) if losses else float("nan")
     return {"step_s": t2 - t0, "zero_grad_s": tz - t0, "fwd_bwd_s": t1 - tz,
-            "optimizer_s": t2 - t1, "loss": loss}
+            "optimizer_s": t2 - t1, "finalize_s": FINALIZE_S[0], "loss": loss}
