@@ -6,9 +6,9 @@ gloo, one thread per process). For every target in turn, and all of it ``--round
 times, the script
 
 1. measures the target's downscaled megatron-core run (the downscaler keeps each rank's
-   shapes) in ONE process, a target with tensor parallelism on its TP ranks (its
-   in-layer collectives then timed in the run itself), a pipeline target on two stages'
-   ranks (``measure_procs``: its 1F1B schedule timed in situ by a two-stage probe);
+   shapes) on the target's ranks, as the torchrun drop-in does (``measure_procs``: TP's
+   in-layer collectives, data-parallel replicas and a pipeline's 1F1B schedule timed in
+   the run itself), an EP target in ONE process;
 2. for a multi-process target, benchmarks the collectives between two processes (the
    comm tier of this "node"; each call after a burst of compute, as inside a layer) and
    fits them to alpha-beta;
@@ -121,25 +121,26 @@ def measure_worker(out: str, name: str, quick: bool, repeats: int) -> None:
 
 
 def measure_procs(c: Config) -> int:
-    """Processes of the measurement: the target's tensor-parallel group (TP x CP) on the
-    local ranks, one process otherwise. TP issues ~10 collectives per layer and
-    microbatch between short GEMMs: measured in the run itself they carry what a step
-    pays (rank skew, the transport's share of the cores, what the async ones leave
-    exposed), which microbenchmark fits do not. A pipeline target is measured on two
-    stages' worth of ranks, as ``torchrun --nproc-per-node 2 ... --project-only`` measures
-    it: the flattened stage runs on them as data-parallel replicas (both cores busy),
-    then a two-stage probe times megatron-core's own 1F1B schedule, whose cost beyond
-    the layers the projector adds to each pipeline p2p (rule ``pipeline_insitu``). EP
-    stays in one process: measured on its 2 ranks, ep2 came out 9-17% low in 3 rounds
-    (docs/cpu-proof.md)."""
+    """Processes of the measurement: the target's ranks on this node, as ``torchrun
+    --nproc-per-node 2 launch/pretrain_gpt.py ... --project-only`` measures it, except
+    for expert parallelism. In situ, the measured layers carry what the real run's ranks
+    pay beside each other: TP's ~10 collectives per layer and microbatch between short
+    GEMMs (rank skew, the transport's share of the cores, what the async ones leave
+    exposed, which microbenchmark fits do not), a second busy core for data-parallel
+    replicas (which a one-process measurement with a busy neighbour put 13-23% under the
+    real dp2 steps in the rounds of 2026-12-06 03:34), and for a pipeline target the
+    flattened stage as replicas and then a two-stage probe of megatron-core's own 1F1B
+    schedule, whose time beyond the layers goes to each pipeline p2p (rule
+    ``pipeline_insitu``). EP stays in one process: measured on its 2 ranks, ep2 came out
+    9-17% low in 3 rounds (docs/cpu-proof.md)."""
     f = list(c.flags)
 
     def size(flag: str) -> int:
         return int(f[f.index(flag) + 1]) if flag in f else 1
     inner = size("--tensor-model-parallel-size") * size("--context-parallel-size")
-    if size("--pipeline-model-parallel-size") > 1 and 2 * inner <= c.nproc:
-        return 2 * inner
-    return inner
+    if size("--expert-model-parallel-size") > 1:
+        return inner
+    return c.nproc
 
 
 # ---- the driver ----------------------------------------------------------------------

@@ -18,19 +18,32 @@ NOTES = """## Where the errors come from
   the table holds medians over rounds; the per-round figures show the spread. Pairs in
   one process agree: the 2-layer measured model and the 16-layer real model timed in
   alternation gave 28.6 and 28.7 ms per layer.
-- **pp2 moves with the machine, not with the schedule.** On 2026-12-06 five rounds gave
-  pp2 25-44 % under its real runs, while the same code in two later rounds gave +2 % and
-  +16 % and the code of 2026-12-01 (which gave -7 % then) gave -8 % and -30 %. In those
-  rounds the one-process measurement timed a dense layer at 11-27 ms (forward +
-  backward) while the real pp2 steps stayed at 0.43-0.62 s. Timed back to back with
-  megatron-core's own `forward_step` / `backward_step` (12 steps of 8 microbatches),
-  the real pp2 stages ran 22 ms forward and 31 ms backward per microbatch, a one-process
-  run of the same 2-layer stage 19 and 29 ms, and a DP2 run of it 19 and 29 ms: the
-  pipeline step was 1.16 x the one-process step (0.467 / 0.403 s: the 1-in-8 bubble and
-  0.04 s of p2p per step), as the schedule projects. What pp2's rounds miss is a
-  machine that ran the measurement faster than the real run a minute later; a
-  hand-off between the two processes (gloo send/recv ping-pong around 0-15 ms of
-  compute) costs 0.1-0.3 ms, so waking a waiting stage is not it.
+- **pp2 measured in its own schedule.** Measured in one process (the stage flattened,
+  a busy neighbour for the contention) and restored by the projector's schedule, pp2 came
+  out 25-44 % under its real runs in all five rounds of the page of 2026-12-06 00:00
+  (projected 0.24-0.44 s, real 0.43-0.62 s), and -1 % and +7 % with the same code at
+  03:10: the real two-process pipeline ran at a speed the one-process measurement did
+  not see. A pipeline target is now measured as the torchrun drop-in measures it: on
+  two stages' ranks, then a two-stage probe, each stage holding the measured layers,
+  runs megatron-core's own 1F1B schedule (`forward_backward_pipelining_without_interleaving`,
+  the target's microbatches up to 8, 6 timed steps): the projector takes the layer times
+  hooked there, projects the probe from them with its schedule, and adds what the real
+  schedule took beyond that to every pipeline p2p, per boundary crossing (rule
+  `pipeline_insitu`: 0.6-1.4 ms per crossing, 10-22 ms per step, in the five rounds of
+  this page). In the first round of a run at 03:34 the whole probe took 540 ms against
+  283 ms projected from its own layers (16 ms per crossing) while the real run a minute
+  later took 0.31 s (that round +38 %, the other four -6 to +5 %): the slow state of
+  the two-process pipeline that the earlier page's rounds met comes and goes within a
+  minute, and the median over rounds keeps it out. The gradient
+  sync that `finalize_model_grads` runs inside the schedule is no longer counted as
+  per-microbatch time outside the layers (10-15 ms per step in a two-rank measurement).
+- **Data-parallel replicas measured beside each other (dp2).** Measured in one process
+  with a busy neighbour for the contention (factor 1.02-1.07), dp2 came out 9, 16, 13,
+  17 and 23 % under its real runs in the five rounds of 2026-12-06 03:34: two replicas
+  computing side by side ran slower than the neighbour had shown. Measured on its 2
+  ranks as the torchrun drop-in measures it (each layer timed with the other core busy
+  in the same run, the slowest rank taken), three rounds at 03:55 gave -11, -5 and
+  -8 %, and this page's five -7 to +7 %.
 - **Collectives in situ (tp2).** TP2 with SP issues 10 collectives per layer and
   microbatch (4 in forward, 6 in backward) of 131 KB each, between GEMMs of about 1 ms.
   Costed from microbenchmark fits (each call after 2 ms of compute) the projection came
@@ -79,10 +92,15 @@ def write_doc(results: dict) -> None:
              "core, gloo, one thread per process. For every target in turn, its "
              f"downscaled megatron-core run was measured ({repeats} timed steps of "
              "per-layer forward/backward times by hooks, the routing of the MoE layers, "
-             "the optimizer step): a target with tensor parallelism on its 2 TP ranks, as "
+             "the optimizer step): a multi-process target on its 2 ranks, as "
              "`torchrun --nproc-per-node 2 launch/pretrain_gpt.py ... --project-only` "
-             "measures it (every collective inside the layers timed in the run itself), "
-             "any other in one process (with the contention of a busy node); for a "
+             "measures it (TP's collectives inside the layers timed in the run itself; "
+             "data-parallel replicas computing side by side; for a pipeline target the "
+             "flattened stage as replicas, then a two-stage probe of the measured layers "
+             "in megatron-core's own 1F1B schedule: per-layer times there, and the "
+             "schedule's time beyond them added to every pipeline p2p), an EP target and "
+             "the one-process target in one process (with the contention of a busy "
+             "node); for a "
              "multi-process target two processes then benchmarked the collectives, each "
              "call after 2 ms of compute (alpha-beta fits of the mean call, used for the "
              "in-layer collectives the measured run did not issue, and fitted into the "
