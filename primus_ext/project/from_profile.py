@@ -14,7 +14,10 @@ measured one, restored to the target by recorded rules:
 - ``contention``: on a CPU node measured by one process, the slowdown measured with the
   other cores busy applies when the target keeps several ranks of a node busy;
 - ``overhead``: the measured per-microbatch time outside the timed modules (schedule,
-  data, gradient accumulation hooks) is split between the first and last stages;
+  data, gradient accumulation hooks; not the gradient sync) is split between the first
+  and last stages;
+- ``pipeline_insitu``: a pipeline target's layer times from the 1F1B probe, if one ran,
+  and the schedule's time beyond them on every p2p (``project/pipeline_insitu.py``);
 - collectives: the comm model's list for the target (what megatron-core issues there,
   with its overlap windows), each costed with the profile's microbenchmark fit when its
   group lies in the measured tier (same hardware, inside one scale-up domain, a fit for
@@ -187,12 +190,11 @@ def _measured_comm(kt, part: str | None = None) -> dict[str, float]:
 
 def _per_microbatch_overhead(profile: Profile) -> float:
     step = profile.step
-    if "outside_layers_s" in step:  # kept from the flattened run (pipeline_insitu.py)
+    if "outside_layers_s" in step:  # the flattened run's (pipeline_insitu.py)
         return max(float(step["outside_layers_s"]), 0.0)
     m = max(int(step.get("num_microbatches", 1)), 1)
     timed = sum(k.num_layers * (k.fwd_s + k.bwd_s) for k in profile.layers.values())
-    # The schedule's gradient sync (finalize_model_grads: the data-parallel replicas'
-    # all-reduce) runs once per step inside fwd_bwd_s; the projector costs it apart.
+    # Less the gradient sync inside fwd_bwd_s (finalize_model_grads; costed apart).
     per = (step.get("fwd_bwd_s", 0.0) - step.get("finalize_s", 0.0)) / m - timed
     return max(per, 0.0)
 
@@ -390,16 +392,11 @@ def project_from_profile(profile: Profile | str, target_spec: RunSpec, *,
     # A torchtitan target's layers are costed on its megatron-equivalent layout, as the
     # estimate composes its step (project/torchtitan.py: FSDP2's per-block collectives).
     view = simulated_view(spec) if spec.framework == "torchtitan" else spec
-    note = None
     if same_hardware(profile, target_spec) and view.parallel.pp > 1:
-        from primus_ext.project.pipeline_insitu import insitu_profile, pipeline_insitu_s
-        profile = insitu_profile(profile)
-        extra, note = pipeline_insitu_s(profile, view)
-        if note:
-            kwargs = {**kwargs, "p2p_extra_s": extra}
+        from primus_ext.project.pipeline_insitu import pipeline_costs
+        costs, extra = pipeline_costs(profile, view)
+        return project(spec, costs=costs, calibration=None, p2p_extra_s=extra, **kwargs)
     costs = layer_costs_from_profile(profile, view)
-    if note:
-        costs = dataclasses.replace(costs, notes=costs.notes + (note,))
     return project(spec, costs=costs, calibration=None, **kwargs)
 
 

@@ -102,3 +102,15 @@ def pipeline_insitu_s(profile, target: RunSpec) -> tuple[float, str | None]:
                    f"megatron-core's schedule against {pred * 1e3:.1f} ms projected from "
                    f"its layers; {extra * 1e3:.2f} ms per boundary crossing added to "
                    "every pipeline p2p")
+
+
+def pipeline_costs(profile, target: RunSpec):
+    """(LayerCosts of the pipeline ``target`` from the probe's layer times, with the
+    rule's note; seconds added to each of its pipeline p2p)."""
+    from primus_ext.project.from_profile import layer_costs_from_profile
+    prof = insitu_profile(profile)
+    extra, note = pipeline_insitu_s(prof, target)
+    costs = layer_costs_from_profile(prof, target)
+    if note:
+        costs = dataclasses.replace(costs, notes=costs.notes + (note,))
+    return costs, extra
