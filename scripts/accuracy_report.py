@@ -30,7 +30,7 @@ from primus_ext.presets import hardware_preset  # noqa: E402
 from primus_ext.published import DEFAULT_PATH, read_runs  # noqa: E402
 from primus_ext.published.golden import as_runs, read_golden  # noqa: E402
 from scripts.band_report import band_section  # noqa: E402
-from scripts.golden_report import golden_section, moe_apart_section  # noqa: E402
+from scripts.golden_report import golden_section  # noqa: E402
 
 OUT = ROOT / "docs" / "accuracy.md"
 SHORT = {"compute_s": "comp", "recompute_s": "rec", "tp_comm_s": "tp", "cp_comm_s": "cp",
@@ -58,12 +58,13 @@ Three figures are reported for every group of rows: **calibrated** (the committe
 calibration), **priors only** (`calibration=null`: the hardware presets' cited priors,
 nothing fitted) and **leave-one-source-out** (each source projected by constants fitted on
 all the other sources: what a run from a source nobody tuned the projector to can
-expect). Acceptance (`tests/project/test_accuracy.py`, `tests/slow/test_loso.py`):
-calibrated median |error| <= {cal_med:.0%} and p90 <= {cal_p90:.0%}, priors-only median
-<= {pri_med:.0%}, leave-one-source-out median <= {loso_med:.0%} and p90 <= {loso_p90:.0%}.
+expect). The goals, and whether this page's figures meet them, are in the table after
+the summary; `tests/project/test_accuracy.py` and `tests/slow/test_loso.py` assert each
+goal that is met and hold the others at their present figure.
 """
 # Acceptance bounds the tests assert (kept here so the page states the same figures).
-BOUNDS = dict(cal_med=0.05, cal_p90=0.12, pri_med=0.10, loso_med=0.08, loso_p90=0.20)
+BOUNDS = dict(cal_med=0.05, cal_p90=0.12, pri_med=0.10, loso_med=0.08, loso_p90=0.20,
+              moe_med=0.10, moe_p90=0.25)
 
 
 LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too little)
@@ -141,6 +142,31 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   ``pad_multiple``), so Transformer Engine's Fp8Padding copies nothing there; the op
   model still charges those copies on flex/HybridEP FP8 rows (5-10 % of their compute).
 """
+
+
+def goals_table(tables: dict) -> list[str]:
+    """Each goal of the public set against this page's figure: met or not."""
+    def errs(name, arch=None):
+        return [abs(r.rel_error) for r in tables.get(name, ())
+                if r.rel_error is not None and (arch is None or r.arch == arch)]
+    goals = [("calibrated, all rows", "calibrated", None, BOUNDS["cal_med"], BOUNDS["cal_p90"]),
+             ("priors only, all rows", "priors only", None, BOUNDS["pri_med"], None),
+             ("leave-one-source-out, all rows", "held out", None, BOUNDS["loso_med"],
+              BOUNDS["loso_p90"]),
+             ("leave-one-source-out, MoE rows", "held out", "moe", BOUNDS["moe_med"],
+              BOUNDS["moe_p90"])]
+    lines = ["| goal | rows | median (goal) | p90 (goal) | met |",
+             "| --- | ---: | ---: | ---: | --- |"]
+    for label, name, arch, g_med, g_p90 in goals:
+        e = errs(name, arch)
+        if not e:
+            continue
+        med, p90 = percentile(e, 50), percentile(e, 90)
+        ok = med <= g_med and (g_p90 is None or p90 <= g_p90)
+        lines.append(f"| {label} | {len(e)} | {_pct(med)} (<= {g_med:.0%}) | {_pct(p90)}"
+                     + (f" (<= {g_p90:.0%})" if g_p90 is not None else "")
+                     + f" | {'yes' if ok else '**no**'} |")
+    return lines
 
 
 def _pct(x: float) -> str:
@@ -294,13 +320,14 @@ def report(loso: bool = True) -> str:
         errs = [abs(r.rel_error) for r in res if r.rel_error is not None]
         summary.append(f"| {name} | **{_pct(percentile(errs, 50))}** | "
                        f"**{_pct(percentile(errs, 90))}** |")
+    summary += ["", *goals_table(tables)]
     by_id = {r.run_id: r for r in runs}
-    lines = [HEADER.format(calib=CALIB_PATH.relative_to(ROOT), **BOUNDS), *summary, "",
+    lines = [HEADER.format(calib=CALIB_PATH.relative_to(ROOT)), *summary, "",
              *grouped(tables), "", *torchtitan_rows(results, by_id), "", *constants(calib),
              ""]
     if held is not None:
         lines += [*loso_table(held, seconds), "", *band_section(held, runs), ""]
-    lines += [*golden_section(calib, lofo=loso), "", *moe_apart_section(), ""]
+    lines += [*golden_section(calib, lofo=loso), ""]
     lines += [LIMITS]
     lines += rows_table(results, {r.run_id: r for r in runs})
     lines += ["", "Calibration meta: `" + json.dumps(calib.meta, sort_keys=True) + "`", ""]

@@ -9,14 +9,12 @@ fitted on:
   leave-one-family-out (``held_out_host_results``); they inform the host-bound groups
   only (their device-bound cases are a dozen tiny functional tests, not runs a user
   books a cluster on);
-- the MoE runs held apart from the fit (data/validation/moe_runs.csv), projected with
-  the committed calibration (never fitted on them); they inform every group they fall in.
 
 Groups and their fallback are those of primus_ext/project/bands.py; the order in which
 features are dropped is chosen here from the data (the feature whose split narrows the
 bands least goes first). ``rho``, the correlation of the log errors of two layouts of
 one job, comes from the pairs of layouts of one job (same model, GPU, GPU count, global
-batch, sequence, precision) among the public and held-apart rows.
+batch, sequence, precision) among the public rows.
 
 Usage: python scripts/band_data.py [--write] [--cache FILE]  (``--cache``: reuse or save
 the residual rows, which take minutes to compute; ``--write`` writes the band file)
@@ -62,9 +60,8 @@ def residual_rows(held, runs, kind: str) -> list[dict]:
 
 def compute_rows() -> list[dict]:
     from primus_ext.modes.calibrate import held_out_host_results, held_out_results
-    from primus_ext.modes.validate import validate
     from primus_ext.project.calibration import load_calibration
-    from primus_ext.published import DEFAULT_PATH, MOE_PATH, read_runs
+    from primus_ext.published import DEFAULT_PATH, read_runs
     from primus_ext.published.golden import as_runs, read_golden
     calib = load_calibration("default")
     runs = read_runs(DEFAULT_PATH)
@@ -73,8 +70,6 @@ def compute_rows() -> list[dict]:
     rows = residual_rows(public, runs, "public")
     gold = held_out_host_results(runs, golden, warm=calib)
     rows += [r for r in residual_rows(gold, golden, "golden") if r["host"] == "host-bound"]
-    moe_runs = read_runs(MOE_PATH)
-    rows += residual_rows(validate(MOE_PATH, "default"), moe_runs, "moe-apart")
     return rows
 
 

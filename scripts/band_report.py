@@ -4,7 +4,7 @@ its 80 % band on the public set held out.
 Honest by construction: each public row's residual is leave-one-source-out (its source
 was not fitted), and its band comes from a table rebuilt without any row of its source
 (project/band_fit.py ``held_out_coverage``). The table's other rows: the other sources'
-held-out residuals, the MoE runs held apart (calibrated, never fitted) and the
+held-out residuals and the
 host-bound golden cases' leave-one-family-out residuals as committed in
 data/bands/default.json (scripts/band_data.py). Used by scripts/accuracy_report.py.
 """
@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import json
 
-from primus_ext.modes.validate import validate
 from primus_ext.project import bands
 from primus_ext.project.band_fit import held_out_coverage, layout_correlation
 from primus_ext.project.validate import percentile
-from primus_ext.published import MOE_PATH, read_runs
 from scripts.band_data import residual_rows
 
 
@@ -25,10 +23,9 @@ def _pct(x: float) -> str:
 
 
 def band_rows(held, runs) -> list[dict]:
-    """Fresh public and held-apart MoE residual rows, the committed golden ones."""
+    """Fresh public residual rows, the committed golden ones."""
     committed = json.loads(bands.DEFAULT_PATH.read_text())
     rows = residual_rows(held, runs, "public")
-    rows += residual_rows(validate(MOE_PATH, "default"), read_runs(MOE_PATH), "moe-apart")
     rows += [r for r in committed["rows"] if r["set"] == "golden"]
     return rows
 
@@ -61,7 +58,7 @@ def band_section(held, runs) -> list[str]:
              f"{committed['min_rows']} rows, or from fewer than "
              f"{committed.get('min_sources', 1)} sources, falls back to a wider one (features dropped "
              f"in the order {', '.join(committed['drop_order'])}). Residuals: the public "
-             "set leave-one-source-out, the MoE runs held apart (never fitted), and the "
+             "set leave-one-source-out and the "
              "golden cases leave-one-family-out (host-bound groups only).", "",
              "Held out: each public row's residual comes from constants fitted without "
              "its source, and its band from a table rebuilt without any row of its "
@@ -74,7 +71,7 @@ def band_section(held, runs) -> list[str]:
             part = [c for c in cov if feats[c["run_id"]][f] == value]
             lines.append(_line(f"{f}={value}", part))
     lines += ["", f"Layouts of one job err alike: over {corr['jobs']} jobs the public "
-              f"and held-apart sets publish in several layouts ({corr['rows']} rows), "
+              f"set publishes in several layouts ({corr['rows']} rows), "
               f"the log errors correlate at rho {corr['rho']:.2f} (committed: "
               f"{committed['rho']:.2f}); the tuner calls two layouts tied when their "
               "difference lies inside the band of that difference.", "",

@@ -46,6 +46,9 @@ def optimizer_bytes_per_element(train: TrainSpec) -> int:
     FusedAdam figures with the precision-aware optimizer (``te_states.py``)."""
     if train.use_precision_aware_optimizer and train.optimizer == "adam":
         return precision_aware_optimizer_bytes(train)
+    if not train.master_weights:
+        # Moments in the parameters' dtype, no master copy (train.master_weights).
+        return (2 if train.optimizer == "adam" else 1) * train.param_bytes
     # Adam: exp_avg, exp_avg_sq; SGD and Muon: momentum (Muon's non-matrix parameters
     # take Adam: stage_states counts them apart, memory/muon.py).
     state = 8 if train.optimizer == "adam" else 4
@@ -159,7 +162,7 @@ def stage_states(model: ModelSpec, par: ParallelSpec, train: TrainSpec, stage: i
         opt_elems = sp.num_params
         param_bytes = sp.num_params * pbytes
     if train.optimizer in MUON_OPTIMIZERS:
-        master = 0 if train.precision == "fp32" else 4
+        master = 0 if train.precision == "fp32" or not train.master_weights else 4
         obytes_total = muon_optimizer_bytes(muon_shard(model, par, stage, local_spec),
                                             train.optimizer, master, dp, expert_dp,
                                             model, par, stage, local_spec)
@@ -168,6 +171,11 @@ def stage_states(model: ModelSpec, par: ParallelSpec, train: TrainSpec, stage: i
                 -(-sp.num_expert_params // max(expert_dp, 1))
     else:
         obytes_total = opt_elems * obytes
+    if not train.master_weights and par.use_distributed_optimizer:
+        # Without master weights a sharded optimizer (torch FSDP2's sharded parameters,
+        # read as the distributed optimizer) keeps its shard's own parameter and
+        # gradient in the parameters' dtype beside the full ones.
+        obytes_total += opt_elems * 2 * pbytes
     if train.te and train.precision == "fp8":
         fp8_elems = stage_fp8_weight_elements(model, par, stage)
         param_bytes += fp8_elems * (fp8_weight_bytes_per_element(train, fp8_non_tn_gemm)

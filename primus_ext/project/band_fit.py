@@ -1,7 +1,7 @@
 """Fitting the error-band table from residual rows (pure; used by scripts/band_data.py,
 scripts/accuracy_report.py and the tests).
 
-A residual row is a dict: ``run_id``, ``set`` (public, golden, moe-apart), ``source``,
+A residual row is a dict: ``run_id``, ``set`` (public, golden), ``source``,
 ``job`` and ``layout`` (what makes two rows two layouts of one job), the features of
 project/bands.py and ``ratio`` (measured / projected tokens/s/GPU of a run the
 projector's constants were not fitted on).
@@ -67,7 +67,7 @@ def band_file(rows: list[dict], min_rows: int = bands.MIN_ROWS) -> dict:
             "features": list(bands.FEATURES), "drop_order": list(order),
             "rho": corr["rho"], "layout_pairs": corr,
             "sets": {k: sum(1 for r in rows if r["set"] == k)
-                     for k in ("public", "golden", "moe-apart")},
+                     for k in ("public", "golden")},
             "generated_by": "scripts/band_data.py",
             "groups": bands.build_groups(rows, order, min_rows),
             "rows": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()}

@@ -3,8 +3,7 @@
 A band is the 10th-90th percentile range (80 % coverage) of measured / projected
 tokens/s/GPU over comparable runs the projector was never fitted on: the
 leave-one-source-out residuals of the public validation set, the leave-one-family-out
-residuals of Megatron-LM's golden values and the MoE runs held apart from the fit
-(``scripts/band_data.py`` computes them and writes ``data/bands/default.json``).
+residuals of Megatron-LM's golden values (``scripts/band_data.py`` computes them and writes ``data/bands/default.json``).
 
 Runs are compared by what predicts the error (``FEATURES``): dense or MoE, hardware
 family, scale (GPU count bucket), host-bound share of the projected step (breakdown

@@ -2,7 +2,8 @@
 
 Fused Adam (apex/TE multi-tensor apply) per locally updated parameter reads the fp32
 master weight, gradient, m and v (16 B), writes master, m and v (12 B) and the BF16 model
-copy (2 B): 30 B. The gradient-norm pass reads the local fp32 gradients (4 B) and zeroing
+copy (2 B): 30 B; without master weights (``train.master_weights``) 7 accesses in the
+parameters' dtype. The gradient-norm pass reads the local fp32 gradients (4 B) and zeroing
 the gradient buffer writes every parameter's fp32 gradient (4 B). SGD with momentum reads
 master, gradient, momentum and writes master, momentum and the copy: 22 B.
 
@@ -67,6 +68,10 @@ def optimizer_step_s(spec: RunSpec, num_params_on_rank,
     local = updated_params(spec, num_params_on_rank, num_expert_params_on_rank)
     held = num_params_on_rank + num_expert_params_on_rank
     per = ADAM_BYTES_PER_PARAM if spec.train.optimizer == "adam" else SGD_BYTES_PER_PARAM
+    if not spec.train.master_weights:
+        # No master copy (train.master_weights): Adam reads parameter, gradient, m, v
+        # and writes parameter, m, v, all in the parameters' dtype (SGD: 5 of them).
+        per = (7 if spec.train.optimizer == "adam" else 5) * spec.train.param_bytes
     nbytes = (per + GRAD_NORM_BYTES_PER_PARAM) * local
     # FSDP holds only its shard of the gradient buffer; DDP zeroes the full local buffer.
     nbytes += ZERO_GRAD_BYTES_PER_PARAM * (local if spec.parallel.fsdp else held)

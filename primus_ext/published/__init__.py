@@ -24,10 +24,10 @@ The reader's steps, in the order a row goes through them:
 from primus_ext.published.gaps import DEFAULT_MICROBATCHES_PER_STAGE
 from primus_ext.published.names import (MODEL_ALIASES, hardware_preset_name,
                                         match_model_preset, normalize_model_name)
-from primus_ext.published.reader import (DEFAULT_PATH, MOE_PATH, Measured, PublishedRun,
+from primus_ext.published.reader import (DEFAULT_PATH, Measured, PublishedRun,
                                          parse_row, read_runs)
 
-__all__ = ["DEFAULT_MICROBATCHES_PER_STAGE", "DEFAULT_PATH", "MOE_PATH", "MODEL_ALIASES",
+__all__ = ["DEFAULT_MICROBATCHES_PER_STAGE", "DEFAULT_PATH", "MODEL_ALIASES",
            "Measured",
            "PublishedRun", "hardware_preset_name", "match_model_preset",
            "normalize_model_name", "parse_row", "read_runs"]

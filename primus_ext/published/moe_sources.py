@@ -140,6 +140,10 @@ def automodel(f: RowFacts, rec: Recipe) -> None:
     rec.set("train", "recompute_early_stop", True,
             f"{AUTOMODEL} moe/parallelizer.py apply_ac: torch checkpoint_wrapper "
             "(non-reentrant) per block")
+    rec.set("train", "master_weights", False,
+            f"{AUTOMODEL} _transformers/auto_model.py from_config: torch_dtype 'auto' -> "
+            "torch.bfloat16 (the benchmark configs set none), the model built in bf16 and "
+            "stepped by torch.optim.Adam, whose moments take the parameters' dtype")
     if f.model_preset == "deepseek_v3":
         rec.set("model", "mtp_num_layers", 0,
                 f"{AUTOMODEL} models/deepseek_v3/model.py: no MTP module")

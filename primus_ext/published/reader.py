@@ -42,10 +42,6 @@ from primus_ext.spec import ClusterSpec, ModelSpec, ParallelSpec, RunSpec, Train
 from primus_ext.spec.train import FP8_RECIPES
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "validation" / "published_runs.csv"
-# Published MoE runs read and projected like the public set's, held apart from it (not
-# fitted, not in its acceptance bounds) until the projector meets those bounds on them:
-# docs/accuracy.md reports them on their own (data/validation/README.md).
-MOE_PATH = DEFAULT_PATH.with_name("moe_runs.csv")
 
 
 _MEASURED = (("tokens_per_s_per_gpu", "measured_tokens_per_s_per_gpu"),

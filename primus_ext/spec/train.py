@@ -95,6 +95,11 @@ class TrainSpec:
     main_grads_dtype: str = "fp32"
     exp_avg_dtype: str = "fp32"
     exp_avg_sq_dtype: str = "fp32"
+    # False: no fp32 master copy; the optimizer steps the parameters in their own dtype
+    # and keeps its moments in it (torch.optim.Adam on a model built in bf16: NeMo
+    # AutoModel's from_config casts to torch_dtype 'auto' = bfloat16). Megatron-LM has
+    # no such mode (its --bf16 always keeps fp32 main parameters).
+    master_weights: bool = True
     # --fine-grained-activation-offloading --offload-modules: the modules whose saved
     # inputs go to host memory after the forward (megatron-core TransformerConfig
     # offload_modules); empty = no offloading.
@@ -196,6 +201,11 @@ class TrainSpec:
                 "train.main_grads_dtype / exp_avg_dtype / exp_avg_sq_dtype other than fp32 "
                 "need train.use_precision_aware_optimizer=true (as Megatron-LM requires "
                 "--use-precision-aware-optimizer for them)")
+        if not self.master_weights and (self.precision == "fp32"
+                                        or self.use_precision_aware_optimizer):
+            raise ValueError("train.master_weights=false needs a bf16 or fp16 "
+                             "train.precision and train.use_precision_aware_optimizer="
+                             "false (the parameters are the optimizer's own)")
         if self.defer_embedding_wgrad_compute and not self.gradient_accumulation_fusion:
             raise ValueError("train.defer_embedding_wgrad_compute=True needs "
                              "gradient_accumulation_fusion=True (megatron-core: 'Cannot "

@@ -47,27 +47,24 @@ def published_runs(base: RunSpec | None = None, run_id: str | None = None) -> li
     (reading all of them takes seconds)."""
     import csv
 
-    from primus_ext.published import DEFAULT_PATH, MOE_PATH, read_runs
+    from primus_ext.published import DEFAULT_PATH, read_runs
     from primus_ext.published.reader import parse_row
     if base is None and run_id is None:
-        return read_runs() + (read_runs(MOE_PATH) if MOE_PATH.is_file() else [])
+        return read_runs()
     want = None if base is None else (base.world_size, base.train.global_batch_size,
                                       base.train.seq_length)
     out = []
-    for path in (DEFAULT_PATH, MOE_PATH):
-        if not path.is_file():
-            continue
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            reader = csv.DictReader(f)
-            for row in reader:
-                rid = (row.get("run_id") or "").strip()
-                key = (_int(row.get("num_gpus")), _int(row.get("gbs")),
-                       _int(row.get("seq_len")))
-                # A cell left empty (the reader derives it) matches anything.
-                maybe = want is not None and all(k is None or k == w
-                                                 for k, w in zip(key, want))
-                if rid == run_id or maybe:
-                    out.append(parse_row(row, line=reader.line_num))
+    with open(DEFAULT_PATH, newline="", encoding="utf-8-sig") as f:
+        reader = csv.DictReader(f)
+        for row in reader:
+            rid = (row.get("run_id") or "").strip()
+            key = (_int(row.get("num_gpus")), _int(row.get("gbs")),
+                   _int(row.get("seq_len")))
+            # A cell left empty (the reader derives it) matches anything.
+            maybe = want is not None and all(k is None or k == w
+                                             for k, w in zip(key, want))
+            if rid == run_id or maybe:
+                out.append(parse_row(row, line=reader.line_num))
     return out
 
 
@@ -93,7 +90,7 @@ def find_reference(base: RunSpec, which: str | None, runs=None) -> Reference | N
         run = by_id.get(str(which))
         if run is None:
             raise ValueError(f"tune.reference={which!r} is not a run_id of the published "
-                             "runs (data/validation/published_runs.csv, moe_runs.csv)")
+                             "runs (data/validation/published_runs.csv)")
         if run.spec is None:
             raise ValueError(f"tune.reference={which!r}: that row has no usable layout "
                              f"({run.error})")

@@ -18,14 +18,14 @@ from primus_ext.compute.routing import learned_rank_cv, random_spread, \
     routing_spread_factor
 from primus_ext.compute.ops import Shapes
 from primus_ext.project.estimate import project
-from primus_ext.published import DEFAULT_PATH, MOE_PATH, read_runs
+from primus_ext.published import DEFAULT_PATH, read_runs
 
 PAIRS = {"P103": 295 / 237, "P104": 335 / 277, "P105": 368 / 320, "P106": 389 / 357}
 
 
 @pytest.fixture(scope="module")
 def runs():
-    return {r.run_id: r for path in (DEFAULT_PATH, MOE_PATH) for r in read_runs(path)
+    return {r.run_id: r for r in read_runs(DEFAULT_PATH)
             if r.run_id in PAIRS}
 
 

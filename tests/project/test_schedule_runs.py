@@ -55,5 +55,5 @@ def test_automodel_rows_take_their_schedule_size():
 
 
 def _published() -> list:
-    """The published runs: the public set and the MoE runs held apart from it."""
-    return read_runs(published.DEFAULT_PATH) + read_runs(published.MOE_PATH)
+    """The published runs of the public set (the MoE rows among them)."""
+    return read_runs(published.DEFAULT_PATH)

@@ -11,7 +11,7 @@ import pytest
 from primus_ext.memory.params import count_params
 from primus_ext.presets import model_preset
 from primus_ext.published import DEFAULT_PATH
-from primus_ext.published.reader import MOE_PATH, parse_row, read_runs
+from primus_ext.published.reader import parse_row, read_runs
 from primus_ext.spec import ModelSpec
 
 # BLOOM-176B as trained (github.com/liguodongiot/llm-action docs/llm-base/distribution-
@@ -101,7 +101,7 @@ def test_notes_are_read_with_their_negation_and_columns_win():
 
 
 def test_bundled_rows_state_their_facts_in_columns():
-    for run in read_runs(DEFAULT_PATH) + read_runs(MOE_PATH):
+    for run in read_runs(DEFAULT_PATH):
         assert run.error is None, run.error
         if "torchtitan" in run.source.lower():
             assert not any("read from the row's notes" in n for n in run.notes), run.run_id
@@ -117,7 +117,7 @@ def test_torchtitan_op_level_selective_label():
 
 
 def test_a_recompute_cell_listing_modules_is_recompute_modules():
-    row = {k: v for k, v in _row("P098", MOE_PATH).items()}
+    row = {k: v for k, v in _row("P098").items()}
     run = parse_row({**row, "recompute": "norm, act"})
     assert run.error is None
     t = run.spec.train

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from primus_ext.published import DEFAULT_PATH, MOE_PATH, read_runs
+from primus_ext.published import DEFAULT_PATH, read_runs
 from primus_ext.published.bridge_moe import ENTRIES, precision_kind
 
 
 @pytest.fixture(scope="module")
 def by_id():
-    return {r.run_id: r for path in (DEFAULT_PATH, MOE_PATH) for r in read_runs(path)}
+    return {r.run_id: r for r in read_runs(DEFAULT_PATH)}
 
 
 def _noted(run, text):

@@ -72,9 +72,14 @@ def test_ctrl_c_leaves_a_valid_journal_and_resume_continues(tmp_path):
     out = tmp_path / "recipe"
     args = ["mode=tune", *JOB[:4], "tune.strategy=exhaustive", f"tune.out_dir={out}"]
     env = {**os.environ, "PRIMUS_EXT_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
+    # The child starts as a shell's foreground job does, SIGINT at its default action:
+    # a SIGINT the test process inherited as ignored (some runner or library before it
+    # in the suite) would otherwise pass to the child, whose Python then installs no
+    # KeyboardInterrupt handler and runs to the end.
     proc = subprocess.Popen([sys.executable, "-m", "primus_ext.cli", *args], cwd=tmp_path,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=lambda: signal.signal(
+                                signal.SIGINT, signal.SIG_DFL))
     journal = out / "trials.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

@@ -303,6 +303,10 @@ def torchrun_script(spec: RunSpec, title: str = "") -> str:
         lines.insert(3, "# Schedule: zero-bubble (ZB-H1) as projected; upstream Megatron-LM "
                         "has no flag for it (Primus: --enable-zero-bubble), so this line "
                         "runs 1F1B.")
+    if not spec.train.master_weights:
+        lines.insert(3, "# Projected without fp32 master weights (train.master_weights="
+                        "false); Megatron-LM has no flag for it, so this line keeps them "
+                        "(more optimizer memory).")
     if spec.parallel.tp_comm_overlap or spec.parallel.fsdp:
         lines.insert(3, "# Needs Transformer Engine (tp-comm-overlap) / FSDP support "
                         "in the Megatron-LM build.")
