@@ -113,6 +113,14 @@ def linear(sh: Shapes, name: str, module: str, tokens: float, d_in: int, d_out: 
     GEMM (``grouped_cast_kernels``; the weights' FP8
     copies are cached across microbatches by Transformer Engine and not counted);
     ``cast_input`` / ``cast_grad`` False: a fused producer writes them quantised.
+
+    The weight gradient accumulates into the fp32 ``main_grad`` inside the GEMM with
+    ``train.gradient_accumulation_fusion`` (compute/gemm.py). Without it the GEMM writes
+    a ``.grad`` in the activation dtype and megatron-core's DDP backward hook adds it
+    (``distributed_data_parallel.py`` ``_make_backward_post_hook``:
+    ``param.main_grad.add_(param.grad.data)``): one elementwise kernel per weight (per
+    expert: TE GroupedLinear holds one weight per expert) that reads the gradient and
+    ``main_grad`` and writes ``main_grad`` back, every microbatch.
     """
     hw = sh.hw
     dtype = dtype or sh.gemm_dtype
@@ -122,14 +130,23 @@ def linear(sh: Shapes, name: str, module: str, tokens: float, d_in: int, d_out: 
               streams=streams, one_kernel=one_kernel)
     t_f = gemm_time_s(hw, tokens, d_out, d_in, **kw)
     t_d = gemm_time_s(hw, tokens, d_in, d_out, **kw)
-    t_w = gemm_time_s(hw, d_in, d_out, tokens, out_bytes=WGRAD_OUT_BYTES,
-                      source_bytes=WGRAD_SOURCE_BYTES, **kw)
+    fused_acc = sh.train.gradient_accumulation_fusion
+    t_w = gemm_time_s(hw, d_in, d_out, tokens,
+                      out_bytes=WGRAD_OUT_BYTES if fused_acc else sh.act_bytes,
+                      source_bytes=WGRAD_SOURCE_BYTES if fused_acc else 0.0, **kw)
+    w_elems = d_in * d_out * groups
+    if not fused_acc:  # main_grad.add_(grad): read both, write main_grad
+        t_w += (w_elems * (sh.act_bytes + 2 * WGRAD_OUT_BYTES) / sh.bw
+                + groups * sh.overhead)
     flops = 2.0 * tokens * d_in * d_out * groups
     in_b = 1 if dtype == "fp8" else (4 if dtype == "fp32" else 2)
     b_f = (tokens * d_in + tokens * d_out) * groups * in_b + d_in * d_out * groups * in_b
     b_b = 2 * b_f
     # One GEMM per group (TE GroupedLinear: one cuBLAS call per local expert).
     k_f, k_b = (1, 2) if one_kernel else (groups, 2 * groups)
+    if not fused_acc:
+        k_b += groups
+        b_b += w_elems * (sh.act_bytes + 2 * WGRAD_OUT_BYTES)
     if dtype == "fp8":
         per = fp8_cast(sh.train.fp8_recipe)[0]
         kernels = grouped_cast_kernels(sh.train.fp8_recipe, groups, one_kernel)

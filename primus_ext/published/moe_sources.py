@@ -38,7 +38,8 @@ they leave unstated takes the source's documented default, each with a note.
 - **AMD Primus MoE package** (github.com/AMD-AGI/Primus @3aaf2d5fb41e,
   ``examples/moe_package``): the baseline configs set ``moe_permute_fusion: false``,
   ``moe_use_legacy_grouped_gemm: true`` (grouped_gemm's multi-stream GEMMs, costed as
-  Transformer Engine's), ``gradient_accumulation_fusion: false`` (not modelled),
+  Transformer Engine's), ``gradient_accumulation_fusion: false`` (the weight gradients added into
+  ``main_grad`` by a kernel of their own, compute/ops.py ``linear``),
   ``moe_router_force_load_balancing: true``; the run scripts' features (``MoE_Features``)
   3 = TE cross-entropy fusion, 4 = Primus-Turbo DeepEP (``--use_turbo_deepep``, flex-style
   dispatch, ``--moe_router_dtype fp32``), 5 = sync-free MoE stage 1 (router and
@@ -179,6 +180,8 @@ def primus_moe_package(f: RowFacts, rec: Recipe) -> None:
     rec.set("train", "moe_router_force_load_balancing", True,
             f"{cfg}: moe_router_force_load_balancing true")
     rec.set("parallel", "moe_permute_fusion", False, f"{cfg}: moe_permute_fusion false")
+    rec.set("train", "gradient_accumulation_fusion", False,
+            f"{cfg}: gradient_accumulation_fusion false")
     rec.set("parallel", "moe_shared_expert_overlap", False,
             f"{PRIMUS_MOE}: the baseline sets no shared-expert overlap")
     run = f"{PRIMUS_MOE}/run_deepseek_v2*_pretrain_mi355x.sh MoE_Features"

@@ -49,6 +49,19 @@ def _t(o):
     return o.fwd_s + o.dgrad_s + o.wgrad_s
 
 
+def test_unfused_gradient_accumulation_adds_the_wgrad_into_main_grad():
+    # --no-gradient-accumulation-fusion: the wgrad GEMM writes .grad and megatron-core's
+    # DDP hook runs main_grad.add_(grad), one kernel per expert weight: slower weight
+    # gradients, the same forward and input gradients.
+    fused = _ops()
+    unfused = _ops(train=dict(gradient_accumulation_fusion=False))
+    for name in ("experts_fc1", "experts_fc2"):
+        f, u = fused[name], unfused[name]
+        assert u.wgrad_s > f.wgrad_s, name
+        assert (u.fwd_s, u.dgrad_s) == (f.fwd_s, f.dgrad_s), name
+        assert u.bwd_kernels == f.bwd_kernels + 16, name  # 16 local experts
+
+
 def test_sequential_experts_are_slower_than_four_streams_at_small_rows():
     short = dict(seq_length=512)  # 512 tokens x 8 over 16 local experts: 256 rows each
     grouped = _ops(train=short)

@@ -122,6 +122,11 @@ def test_primus_moe_package_rows(by_id):
     assert tuned.parallel.moe_token_dispatcher_type == "flex"
     assert tuned.parallel.moe_permute_fusion and tuned.parallel.moe_router_fusion
     assert tuned.train.cross_entropy_fusion_impl == "te"
+    # baseline yaml: gradient_accumulation_fusion false
+    for run_id in ("P113", "P114", "P115", "P116"):
+        assert not by_id[run_id].spec.train.gradient_accumulation_fusion, run_id
+        assert _noted(by_id[run_id], "gradient_accumulation_fusion false"), run_id
+    assert by_id["P097"].spec.train.gradient_accumulation_fusion  # not stated there
 
 
 def test_nvidia_and_primus_rows_route_mock_data(by_id):
