@@ -275,7 +275,7 @@ def expert_mlp_ops(sh: Shapes, rows_e: float, rows: float, local: int, f: int,
                linear(sh, "experts_fc2", "moe", rows_e, f, sh.hidden, groups=local,
                       one_kernel=True, cast_input=False)]
     else:
-        streams = GROUPED_STREAMS if par.moe_grouped_gemm else 1
+        streams = grouped_streams(sh) if par.moe_grouped_gemm else 1
         ops = [linear(sh, "experts_fc1", "moe", rows_e, sh.hidden, fc1_out, groups=local,
                       streams=streams),
                gated_activation(sh, "experts_act", "moe_act", rows, f),
@@ -284,6 +284,15 @@ def expert_mlp_ops(sh: Shapes, rows_e: float, rows: float, local: int, f: int,
         if sh.model.add_bias_linear and par.moe_grouped_gemm:
             ops.append(_expert_fc2_bias(sh, rows, local))
     return _fp8_padding(sh, ops, rows)
+
+
+def grouped_streams(sh: Shapes) -> int:
+    """Per-expert GEMMs of a grouped GEMM that run at once: its streams
+    (``GROUPED_STREAMS``), at most the hardware queues the runtime gives the process
+    (``train.device_hw_queues``): streams beyond them share a queue round-robin (HIP
+    ``GPU_MAX_HW_QUEUES``), and kernels of one queue run in turn."""
+    queues = sh.train.device_hw_queues
+    return GROUPED_STREAMS if queues is None else min(GROUPED_STREAMS, queues)
 
 
 def _expert_fc2_bias(sh: Shapes, rows: float, local: int) -> OpCost:

@@ -40,7 +40,9 @@ they leave unstated takes the source's documented default, each with a note.
   ``moe_use_legacy_grouped_gemm: true`` (grouped_gemm's multi-stream GEMMs, costed as
   Transformer Engine's), ``gradient_accumulation_fusion: false`` (the weight gradients added into
   ``main_grad`` by a kernel of their own, compute/ops.py ``linear``),
-  ``moe_router_force_load_balancing: true``; the run scripts' features (``MoE_Features``)
+  ``moe_router_force_load_balancing: true``; the run scripts export
+  ``GPU_MAX_HW_QUEUES=2`` (two HIP hardware queues per device: the grouped GEMM's four
+  streams run two at a time); the run scripts' features (``MoE_Features``)
   3 = TE cross-entropy fusion, 4 = Primus-Turbo DeepEP (``--use_turbo_deepep``, flex-style
   dispatch, ``--moe_router_dtype fp32``), 5 = sync-free MoE stage 1 (router and
   permutation fusion); the row's notes name the features of its bar.
@@ -184,6 +186,9 @@ def primus_moe_package(f: RowFacts, rec: Recipe) -> None:
             f"{cfg}: gradient_accumulation_fusion false")
     rec.set("parallel", "moe_shared_expert_overlap", False,
             f"{PRIMUS_MOE}: the baseline sets no shared-expert overlap")
+    rec.set("train", "device_hw_queues", 2,
+            f"{PRIMUS_MOE}/run_deepseek_v2*_pretrain_mi355x.sh: export "
+            "GPU_MAX_HW_QUEUES=${GPU_MAX_HW_QUEUES:-2} (HIP hardware queues per device)")
     run = f"{PRIMUS_MOE}/run_deepseek_v2*_pretrain_mi355x.sh MoE_Features"
     if _FEATURES_LOSS.search(f.notes):
         rec.set("train", "cross_entropy_loss_fusion", True, f"{run} 3")

@@ -127,6 +127,13 @@ class TrainSpec:
     # goes to experts t*k .. t*k+k-1 (mod E), consecutive ids, so it reaches the fewest
     # EP ranks and nodes a window of k experts covers (compute/routing.py).
     moe_router_exact_balance: bool = False
+    # Hardware queues the GPU runtime gives the process per device (HIP's
+    # GPU_MAX_HW_QUEUES, default 4: "if an application allocates more HIP streams than
+    # this number, then HIP runtime reuses the same hardware queues for the new streams in
+    # a round-robin manner"); streams that share a queue run in turn, so a grouped GEMM's
+    # per-expert streams run at most this many at once (compute/layer_ops.py). None: the
+    # runtime's default, no fewer queues than the grouped GEMM's streams.
+    device_hw_queues: int | None = None
     # What the router routes (compute/routing.py): 'real' = text, through a learned
     # router whose per-expert loads are skewed within a micro-batch (the busiest EP rank
     # waits); 'mock' = uniformly random token ids (Megatron-LM --mock-data, NeMo /
@@ -217,6 +224,11 @@ class TrainSpec:
             raise ValueError("train.check_weight_hash_interval="
                              f"{self.check_weight_hash_interval!r} must be an int >= 1 "
                              "(iterations between checks) or None")
+        if self.device_hw_queues is not None and (
+                isinstance(self.device_hw_queues, bool) or not isinstance(
+                    self.device_hw_queues, int) or self.device_hw_queues < 1):
+            raise ValueError(f"train.device_hw_queues={self.device_hw_queues!r} must be an "
+                             "int >= 1 (hardware queues per device) or None")
         if isinstance(self.wgrad_deferral_limit, bool) or self.wgrad_deferral_limit < 0:
             raise ValueError(f"train.wgrad_deferral_limit={self.wgrad_deferral_limit!r} "
                              "must be an int >= 0 (0: every microbatch)")

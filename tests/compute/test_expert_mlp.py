@@ -49,6 +49,24 @@ def _t(o):
     return o.fwd_s + o.dgrad_s + o.wgrad_s
 
 
+def test_hardware_queues_cap_the_grouped_gemm_streams():
+    # HIP GPU_MAX_HW_QUEUES=2 (AMD Primus examples/moe_package run scripts): the four
+    # streams share two hardware queues, so two experts' GEMMs run at once; one queue
+    # runs them one after another, as the per-expert loop does; more queues than
+    # streams change nothing.
+    short = dict(seq_length=512)  # 256 rows per local expert
+    four = _ops(train=short)
+    two = _ops(train=dict(short, device_hw_queues=2))
+    one = _ops(train=dict(short, device_hw_queues=1))
+    many = _ops(train=dict(short, device_hw_queues=8))
+    loop = _ops(moe_grouped_gemm=False, train=short)
+    for name in ("experts_fc1", "experts_fc2"):
+        assert _t(four[name]) < _t(two[name]) < _t(one[name]), name
+        assert _t(one[name]) == _t(loop[name]), name
+        assert _t(many[name]) == _t(four[name]), name
+        assert two[name].fwd_kernels == four[name].fwd_kernels == 16
+
+
 def test_unfused_gradient_accumulation_adds_the_wgrad_into_main_grad():
     # --no-gradient-accumulation-fusion: the wgrad GEMM writes .grad and megatron-core's
     # DDP hook runs main_grad.add_(grad), one kernel per expert weight: slower weight

@@ -127,6 +127,11 @@ def test_primus_moe_package_rows(by_id):
         assert not by_id[run_id].spec.train.gradient_accumulation_fusion, run_id
         assert _noted(by_id[run_id], "gradient_accumulation_fusion false"), run_id
     assert by_id["P097"].spec.train.gradient_accumulation_fusion  # not stated there
+    # run_deepseek_v2*_pretrain_mi355x.sh: export GPU_MAX_HW_QUEUES=${...:-2}
+    for run_id in ("P113", "P114", "P115", "P116"):
+        assert by_id[run_id].spec.train.device_hw_queues == 2, run_id
+        assert _noted(by_id[run_id], "GPU_MAX_HW_QUEUES"), run_id
+    assert by_id["P097"].spec.train.device_hw_queues is None  # not stated there
 
 
 def test_nvidia_and_primus_rows_route_mock_data(by_id):

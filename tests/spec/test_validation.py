@@ -251,6 +251,13 @@ def test_batch_fields_positive():
           micro_batch_size=0)
 
 
+def test_device_hw_queues_is_a_positive_int_or_none():
+    fails("train.device_hw_queues=0 must be an int >= 1", TrainSpec, device_hw_queues=0)
+    fails("train.device_hw_queues=True must be an integer", TrainSpec,
+          device_hw_queues=True)
+    assert TrainSpec(device_hw_queues=2).device_hw_queues == 2
+
+
 # ---- model --------------------------------------------------------------------------
 def test_model_rules():
     fails("num_attention_heads=8 is not divisible by num_query_groups=3", ModelSpec,

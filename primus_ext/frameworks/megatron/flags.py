@@ -299,6 +299,9 @@ def torchrun_script(spec: RunSpec, title: str = "") -> str:
         lines += ["export NCCL_ALGO=${NCCL_ALGO:-Ring}",
                   "export NVTE_ALLOW_NONDETERMINISTIC_ALGO=0",
                   "export CUBLAS_WORKSPACE_CONFIG=${CUBLAS_WORKSPACE_CONFIG:-:4096:8}"]
+    if spec.train.device_hw_queues is not None:
+        # The hardware queues the projection gave the grouped GEMM's streams (HIP).
+        lines.append(f"export GPU_MAX_HW_QUEUES={int(spec.train.device_hw_queues)}")
     if spec.parallel.resolved_schedule == "zb":
         lines.insert(3, "# Schedule: zero-bubble (ZB-H1) as projected; upstream Megatron-LM "
                         "has no flag for it (Primus: --enable-zero-bubble), so this line "
