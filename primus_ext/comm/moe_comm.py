@@ -77,6 +77,8 @@ HYBRIDEP_NUM_SMS = 16
 # The dispatchers' metadata collectives (op names; see the module docstring).
 METADATA_OPS = ("moe.ep_token_counts", "moe.ep_dispatch_probs", "moe.ep_dispatch_probs_bwd",
                 "moe.ep_gather_routing_map", "moe.ep_gather_probs", "moe.ep_gather_probs_bwd")
+# HybridEP's routing-map all-gather ahead of its token-count read-back.
+HYBRIDEP_ROUTING_MAP = "moe.ep_hybridep_routing_map"
 
 
 def _ep_bytes(spec: RunSpec, tokens: float, width_bytes: float) -> tuple[float, float]:
@@ -182,7 +184,28 @@ def ep_comm_ops(spec: RunSpec, tokens: float, width_bytes: float, *,
     elif par.moe_token_dispatcher_type == "allgather":
         ops += _allgather_metadata_ops(spec, span, tokens,
                                        width_bytes / spec.model.hidden_size)
+    elif (par.moe_token_dispatcher_type == "flex"
+          and par.moe_flex_dispatcher_backend == "hybridep"):
+        ops.append(hybridep_routing_map_op(spec, span, tokens))
     return ops
+
+
+def hybridep_routing_map_op(spec: RunSpec, span, tokens: float) -> CommOp:
+    """HybridEP's routing-map all-gather (``HYBRIDEP_ROUTING_MAP``): before its metadata
+    kernel, every dispatch that is not handed a cached handle gathers each EP rank's
+    ``T x E`` boolean routing map over the EP group (DeepEP hybrid-ep
+    ``csrc/hybrid_ep/hybrid_ep.cu`` ``metadata_preprocessing`` ->
+    ``csrc/hybrid_ep/executor/executor.cu`` ``Executor::allgather_routing_map``: NCCL
+    ``all_gather_into_tensor`` when the group spans nodes, a custom NVLink all-gather
+    kernel inside one). Forward only: the backward dispatch and combine reuse the
+    forward's handle. Exposed: the token counts the host then waits for
+    (``cudaStreamSynchronize`` in ``dispatch_preprocess``) depend on it."""
+    hw = spec.cluster.hardware
+    nbytes = tokens * spec.model.num_moe_experts * span.size
+    t = all_gather_s(hw, span, nbytes)
+    return CommOp(name=HYBRIDEP_ROUTING_MAP, axis="ep", collective="all_gather",
+                  num_bytes=int(nbytes), group_size=span.size, phase="fwd", seconds=t,
+                  exposed_s=t)
 
 
 def _allgather_metadata_ops(spec: RunSpec, span, tokens: float, value_bytes: float

@@ -47,6 +47,9 @@ ROUTER_OPS = frozenset({"pre_mlp_layernorm", "router", "router_topk"})
 PREPROCESS_OPS = frozenset({"permute"})
 # The dispatcher's metadata collective inside dispatch_preprocess (comm/moe_comm.py).
 PREPROCESS_COMMS = frozenset({"moe.ep_token_counts"})
+# Collectives the host's token-count wait follows (comm/moe_comm.py): the counts gather
+# and HybridEP's routing-map all-gather.
+PRE_SYNC_COMMS = PREPROCESS_COMMS | {"moe.ep_hybridep_routing_map"}
 # Share of the unfused permutation's host work (compute/host.py moe_base_python's
 # permutation half: metadata, permute, sort, unsort, unpermute) that dispatch_preprocess
 # issues: the metadata and the first permutation, about half.
@@ -112,7 +115,7 @@ def post_sync_device_s(spec, ops, comms) -> float:
     pre = _scope_ops(spec, pre_sync_scopes(spec))
     dev = sum(o.fwd_s for o in ops if o.name not in pre and o.module != "shared_experts")
     return dev + sum(c.exposed_s for c, mod in comms if c.phase == "fwd" and mod == "moe"
-                     and c.name not in PREPROCESS_COMMS)
+                     and c.name not in PRE_SYNC_COMMS)
 
 
 def captured_moe_work(spec, ops, comms, fill: int,

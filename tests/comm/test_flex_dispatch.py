@@ -86,3 +86,46 @@ def test_flex_sends_fewer_bytes_than_alltoall():
     # one copy per destination rank, not per (token, expert) pair
     spec = _dsv3(8, 16)
     assert ranks_hit(spec.model, 8) < spec.model.moe_router_topk
+
+
+@pytest.mark.parametrize("ep,nodes", [(8, 16), (16, 32)])
+def test_hybridep_gathers_the_routing_map(ep, nodes):
+    """HybridEP all-gathers each rank's boolean routing map before its metadata kernel
+    (DeepEP hybrid-ep csrc/hybrid_ep/executor/executor.cu Executor::allgather_routing_map):
+    the bytes are those of megatron-core's own routing map, gathered over the EP group,
+    forward only, exposed; DeepEP has no such collective."""
+    import torch
+    from megatron.core.transformer.moe.moe_utils import topk_routing_with_score_function
+
+    from primus_ext.comm.moe_comm import HYBRIDEP_ROUTING_MAP, ep_comm_ops
+
+    spec = compose(["model=deepseek_v3", "cluster.hardware=h800",
+                    f"cluster.num_nodes={nodes}", f"parallel.ep={ep}", "parallel.pp=16",
+                    "parallel.moe_token_dispatcher_type=flex",
+                    "parallel.moe_flex_dispatcher_backend=hybridep", "train.seq_length=4096",
+                    "train.global_batch_size=4096"])
+    m = spec.model
+    _, routing = topk_routing_with_score_function(
+        torch.randn(TOKENS, m.num_moe_experts), m.moe_router_topk)
+    ops = ep_comm_ops(spec, TOKENS, HIDDEN_FP8, layer_compute_s=1.0, shared_fwd_s=0.0,
+                      shared_bwd_s=0.0)
+    gather = [o for o in ops if o.name == HYBRIDEP_ROUTING_MAP]
+    assert len(gather) == 1 and gather[0].phase == "fwd"
+    assert gather[0].num_bytes == routing.numel() * routing.element_size() * ep
+    assert gather[0].exposed_s == gather[0].seconds > 0
+    deepep = compose(["model=deepseek_v3", "cluster.hardware=h800",
+                      f"cluster.num_nodes={nodes}", f"parallel.ep={ep}", "parallel.pp=16",
+                      "parallel.moe_token_dispatcher_type=flex", "train.seq_length=4096",
+                      "train.global_batch_size=4096"])
+    assert not [o for o in ep_comm_ops(deepep, TOKENS, HIDDEN_FP8, layer_compute_s=1.0,
+                                       shared_fwd_s=0.0, shared_bwd_s=0.0)
+                if o.name == HYBRIDEP_ROUTING_MAP]
+
+
+def test_hybridep_routing_map_gather_is_pre_sync():
+    """The gather precedes the host's token-count wait, so it is not post-sync device
+    time (compute/host_moe.py post_sync_device_s)."""
+    from primus_ext.compute.host_moe import PRE_SYNC_COMMS
+
+    from primus_ext.comm.moe_comm import HYBRIDEP_ROUTING_MAP
+    assert HYBRIDEP_ROUTING_MAP in PRE_SYNC_COMMS
