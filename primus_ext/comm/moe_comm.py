@@ -197,9 +197,12 @@ def hybridep_routing_map_op(spec: RunSpec, span, tokens: float) -> CommOp:
     ``csrc/hybrid_ep/hybrid_ep.cu`` ``metadata_preprocessing`` ->
     ``csrc/hybrid_ep/executor/executor.cu`` ``Executor::allgather_routing_map``: NCCL
     ``all_gather_into_tensor`` when the group spans nodes, a custom NVLink all-gather
-    kernel inside one). Forward only: the backward dispatch and combine reuse the
-    forward's handle. Exposed: the token counts the host then waits for
-    (``cudaStreamSynchronize`` in ``dispatch_preprocess``) depend on it."""
+    kernel inside one; the Python ``HybridEPBuffer.dispatch`` of deep_ep/hybrid_ep_buffer.py
+    @098da2a6 calls ``torch.distributed.all_gather_into_tensor`` on it whenever no handle
+    is passed). Forward only: the backward dispatch and combine reuse the forward's
+    handle (megatron-core 0.16 fused_a2a.py ``HybridEPCombine.backward``). Exposed: the
+    token counts the host then waits for (``cudaStreamSynchronize`` in
+    ``dispatch_preprocess``) depend on it."""
     hw = spec.cluster.hardware
     nbytes = tokens * spec.model.num_moe_experts * span.size
     t = all_gather_s(hw, span, nbytes)
