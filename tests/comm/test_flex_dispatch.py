@@ -125,7 +125,7 @@ def test_hybridep_gathers_the_routing_map(ep, nodes):
 def test_hybridep_routing_map_gather_is_pre_sync():
     """The gather precedes the host's token-count wait, so it is not post-sync device
     time (compute/host_moe.py post_sync_device_s)."""
+    from primus_ext.comm.moe_comm import HYBRIDEP_ROUTING_MAP
     from primus_ext.compute.host_moe import PRE_SYNC_COMMS
 
-    from primus_ext.comm.moe_comm import HYBRIDEP_ROUTING_MAP
     assert HYBRIDEP_ROUTING_MAP in PRE_SYNC_COMMS
