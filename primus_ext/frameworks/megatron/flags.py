@@ -313,6 +313,10 @@ def torchrun_script(spec: RunSpec, title: str = "") -> str:
         lines.insert(3, "# Projected without fp32 master weights (train.master_weights="
                         "false); Megatron-LM has no flag for it, so this line keeps them "
                         "(more optimizer memory).")
+    if spec.train.loss_impl == "torch":
+        lines.insert(3, "# Projected with torch's cross-entropy on the bf16 logits (train."
+                        "loss_impl=torch); Megatron-LM computes its vocab-parallel loss "
+                        "(fp32 unless --cross-entropy-loss-fusion).")
     if spec.parallel.tp_comm_overlap or spec.parallel.fsdp:
         lines.insert(3, "# Needs Transformer Engine (tp-comm-overlap) / FSDP support "
                         "in the Megatron-LM build.")
