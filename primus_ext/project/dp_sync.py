@@ -50,9 +50,20 @@ the critical path", DistributedDataParallel.__init__). With ``align_param_gather
 gathers are dispatched at the start of the step on every stage, and stage s's first
 forward comes ``sum(fwd of chunk 0 on stages < s)`` later (the warm-up). Other idle
 time (pipeline bubbles, p2p waits) is not counted, so the exposed part stays an upper
-bound of the real one under this ordering. Not modelled: Megatron-LM's
-``--delay-grad-reduce`` / ``align_grad_reduce`` launching a chunk's gradient sync
-``pp_rank`` microbatches after its last backward on later stages.
+bound of the real one under this ordering.
+
+**Aligned gradient sync** (``parallel.align_grad_reduce``, on by default as in
+Megatron-LM, NeMo and Megatron-Bridge): under the interleaved schedule the training loop
+sets ``config.grad_sync_func`` (core_v0.16.1 megatron/training/training.py:2557-2560
+``if args.align_grad_reduce``; core_r0.8.0 training.py:1001-1004 ``if
+args.delay_grad_reduce``), so the backward hooks launch nothing and each chunk's buckets
+go out together when stage 0 finishes that chunk's last backward, or when the stage's
+loop ends (``aligned_launch_s``). Chunk 0, the last one backwarded, is launched after
+the final backward: on stage 0 its bucketed sync no longer overlaps its own backward.
+Without virtual stages the schedule keeps the bucket-by-bucket launch on stage 0
+(schedules.py 1F1B: ``if config.grad_sync_func is None or rank == 0:
+enable_grad_sync()`` before the last backward) and later stages launch at their end, as
+above; with PP = 1 (``forward_backward_no_pipelining``) only ``no_sync`` is used.
 """
 from __future__ import annotations
 
@@ -152,13 +163,15 @@ def _chunk_syncs(spec: RunSpec, chunks, fn, first_bucketed: bool = True,
 
 
 def grad_sync_exposed_s(spec: RunSpec, buckets, bwd_s: list[float], group: int,
-                        slack_s: float = 0.0) -> float:
+                        slack_s: float = 0.0, aligned: bool = False) -> float:
     """Exposed gradient-sync seconds of one stage (see the module docstring).
 
     ``buckets[c]``: (position, seconds) of chunk c's buckets; ``bwd_s[c]``: one
     microbatch's backward of chunk c; ``group``: microbatches per interleaving group;
     ``slack_s``: idle time between the stage's last backward and the end of the
-    pipeline's (the cool-down of the stages before it)."""
+    pipeline's (the cool-down of the stages before it); ``aligned``: the interleaved
+    schedule launches each chunk's sync whole at ``aligned_launch_s`` (the module
+    docstring) instead of bucket by bucket as the backward fills them."""
     hw = spec.cluster.hardware
     total = sum(t for chunk in buckets for _, t in chunk)
     if total <= 0:
@@ -171,9 +184,32 @@ def grad_sync_exposed_s(spec: RunSpec, buckets, bwd_s: list[float], group: int,
         end_c = -group * sum(bwd_s[:c])  # chunk c's final backward ends here (0 = end)
         start_c = end_c - bwd_s[c]
         for pos, t in buckets[c]:
-            free = max(free, start_c + pos * bwd_s[c]) + t
+            ready = (aligned_launch_s(end_c, slack_s) if aligned
+                     else start_c + pos * bwd_s[c])
+            free = max(free, ready) + t
     exposed = max(free - slack_s, 0.0)
     return exposed + hw.comm_overlap_penalty * (total - min(exposed, total))
+
+
+def aligned_launch_s(chunk_end_s: float, slack_s: float) -> float:
+    """When a stage launches a chunk's gradient sync under megatron-core's interleaved
+    schedule with ``config.grad_sync_func`` set (Megatron-LM ``align_grad_reduce`` /
+    core_r0.8.0 ``delay_grad_reduce``), on the stage's clock (0 = its last backward ends).
+
+    Every backward runs under ``no_sync`` (``disable_grad_sync()`` after each one), so no
+    bucket is launched from the backward hooks; after the backward of virtual microbatch
+    ``k`` the stage calls ``grad_sync_func`` (``start_grad_sync``: every bucket of the
+    chunk) for the chunk whose last microbatch is ``k - pp_rank``, and the chunks left
+    over are launched once its loop ends (core_v0.16.1 schedules.py
+    ``backward_step_helper_postprocess``: ``grad_sync_virtual_microbatch_id =
+    virtual_microbatch_id - pipeline_parallel_rank``, and "Launch any remaining grad
+    reductions"; core_r0.8.0 schedules.py ``backward_step_helper``, same rule). In the
+    cool-down stage ``r`` runs backward ``k + r`` when stage 0 runs ``k``, so every stage
+    launches chunk c when stage 0 finishes chunk c's last backward: ``slack_s`` (the
+    time from this stage's end to the pipeline's) plus ``chunk_end_s`` (where chunk c's
+    last backward ends, counted back from the end), and no later than this stage's end.
+    """
+    return min(slack_s + chunk_end_s, 0.0)
 
 
 def param_gather_exposed_s(spec: RunSpec, buckets, fwd_s: list[float], group: int,
@@ -228,6 +264,9 @@ def dp_sync(spec: RunSpec, st, *, megatron_buckets: bool = True) -> DpSync:
     buckets: dict = {}
     steps: dict = {}
     slack = lead = 0.0  # cool-down / warm-up of the stages before s (module docstring)
+    # megatron-core's interleaved schedule with grad_sync_func (Megatron-LM, NeMo and
+    # Megatron-Bridge set it by default); torchtitan reduces block by block.
+    aligned = megatron_buckets and par.vpp > 1 and par.align_grad_reduce
     for s, (chunks, stage_counts) in enumerate(_param_counts(spec)):
         bwd = [a + b for a, b in zip(st.bwd_input_s[s], st.bwd_weight_s[s])]
         fwd = list(st.fwd_s[s])
@@ -244,7 +283,7 @@ def dp_sync(spec: RunSpec, st, *, megatron_buckets: bool = True) -> DpSync:
         g_b, p_b, g, p = buckets[key]
         if stage_counts not in steps:
             steps[stage_counts] = optimizer_step_s(spec, stage_counts, stage=s)
-        exposed.append(grad_sync_exposed_s(spec, g_b, bwd, group, slack)
+        exposed.append(grad_sync_exposed_s(spec, g_b, bwd, group, slack, aligned)
                        + param_gather_exposed_s(spec, p_b, fwd, group, lead_s))
         opt.append(steps[stage_counts])
         grads.append(g)

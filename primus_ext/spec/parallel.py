@@ -86,6 +86,13 @@ class ParallelSpec:
     # of one bucket ahead from the forward pre-hooks. NeMo 2.0 / Megatron-Bridge turn it on
     # when pp > 1 and vpp > 1 and dp > 1.
     align_param_gather: bool = False
+    # Megatron-LM --no-align-grad-reduce (default on: core_v0.16.1 training.py sets
+    # config.grad_sync_func = start_grad_sync per chunk when args.align_grad_reduce;
+    # core_r0.8.0 did the same under --delay-grad-reduce, also default on; Megatron-Bridge
+    # setup.py align_grad_reduce=True). Under the interleaved schedule a chunk's gradient
+    # sync is then launched whole when stage 0 finishes the chunk's last backward
+    # (project/dp_sync.py), not bucket by bucket from the backward hooks.
+    align_grad_reduce: bool = True
     # MoE token dispatch (megatron-core): alltoall = one copy per (token, expert) pair in an
     # all-to-all; allgather = all-gather of the EP group's tokens and reduce-scatter of the
     # outputs; flex = DeepEP / HybridEP kernels that send a token once per destination node

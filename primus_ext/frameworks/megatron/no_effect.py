@@ -200,10 +200,10 @@ _NOT_MODELLED = {
     "malloc/free)": "--record-memory-history",
     "DDP bucketing and gradient reduction other than megatron-core's defaults (bucket "
     "size, bucket count, padding, averaging in the collective, fp32 reduce-scatter "
-    "accumulation, the fused division, aligned launches)": (
+    "accumulation, the fused division, chunk 0's gather dispatched in the optimizer step)": (
         "--ddp-bucket-size --ddp-num-buckets --ddp-pad-buckets-for-high-nccl-busbw "
         "--ddp-average-in-collective --ddp-reduce-scatter-with-fp32-accumulation "
-        "--no-gradient-reduce-div-fusion --no-align-grad-reduce "
+        "--no-gradient-reduce-div-fusion "
         "--overlap-param-gather-with-optimizer-step --suggested-communication-unit-size"),
     "collective setup (SHARP, NCCL communicator configs, symmetric memory, extra "
     "all-gather groups, high-priority streams)": (

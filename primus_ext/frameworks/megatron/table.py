@@ -177,6 +177,8 @@ PARALLEL = (
     _f("--overlap-param-gather", "parallel.overlap_param_gather", False),
     # Default on in Megatron-LM core_v0.16.1; arguments.py turns it off without virtual
     # stages (project/dp_sync.py times the aligned gather).
+    _f("--no-align-grad-reduce", "parallel.align_grad_reduce", True, store_false=True,
+       dest="align_grad_reduce"),
     _f("--no-align-param-gather", "parallel.align_param_gather", True, store_false=True,
        dest="align_param_gather"),
     _f("--tp-comm-overlap", "parallel.tp_comm_overlap", False),
