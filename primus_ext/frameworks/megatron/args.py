@@ -115,6 +115,9 @@ def _parallel(ns, n: Notes) -> ParallelSpec:
         num_distributed_optimizer_instances=ns.num_distributed_optimizer_instances,
         overlap_grad_reduce=ns.overlap_grad_reduce,
         overlap_param_gather=ns.overlap_param_gather, tp_comm_overlap=tp_overlap,
+        # Megatron-LM arguments.py turns align_param_gather off without virtual stages;
+        # it acts only with --overlap-param-gather (training.py param_sync_func).
+        align_param_gather=ns.align_param_gather and vpp > 1 and ns.overlap_param_gather,
         grad_reduce_in_fp32=_grad_reduce_in_fp32(ns, fsdp, n),
         moe_token_dispatcher_type=_dispatcher(ns),
         overlap_moe_expert_parallel_comm=ns.overlap_moe_expert_parallel_comm,

@@ -179,6 +179,9 @@ def parallel_args(spec: RunSpec) -> list:
     a.value("--num-distributed-optimizer-instances", p.num_distributed_optimizer_instances)
     a.switch("--overlap-grad-reduce", p.overlap_grad_reduce)
     a.switch("--overlap-param-gather", legal["overlap_param_gather"])
+    # On by default in Megatron-LM with virtual stages.
+    a.switch("--no-align-param-gather", legal["overlap_param_gather"] and p.vpp > 1
+             and not p.align_param_gather)
     a.switch("--tp-comm-overlap", legal["tp_comm_overlap"])
     return list(a)
 
