@@ -142,8 +142,13 @@ def stage_states(model: ModelSpec, par: ParallelSpec, train: TrainSpec, stage: i
         dense = sp.num_params - sp.num_expert_params
         shard = -(-dense // dp) + -(-sp.num_expert_params // max(expert_dp, 1))
         working = 2 * _largest_layer_params(model, par)
+        # Without resharding after forward (ZeRO-2, FSDP1 SHARD_GRAD_OP) every layer's
+        # gathered parameters are held from its forward to its backward: at the
+        # backward's start the whole stage is unsharded.
+        gathered = working if par.fsdp_reshard_after_forward else max(sp.num_params,
+                                                                         working)
         return StageStates(num_params=sp.num_params, num_expert_params=sp.num_expert_params,
-                           param_bytes=(shard + working) * pbytes,
+                           param_bytes=(shard + gathered) * pbytes,
                            grad_bytes=(shard + working) * gbytes,
                            optimizer_bytes=shard * obytes, optimizer_elements=shard)
     buf_numel = 0
