@@ -14,6 +14,14 @@
   TE's parallel_cross_entropy) the forward reads the BF16 logits twice (max, then
   sum-exp with the target logit) and writes the BF16 gradient in place: 6 B per logit in
   2 kernels; the backward scales that gradient: 4 B per logit in 1 kernel.
+  With ``train.loss_impl='torch'`` (``torch.nn.functional.cross_entropy`` on the logits in
+  their own dtype ``e``, NeMo AutoModel's ``MaskedCrossEntropy(fp32_upcast=False)``):
+  log_softmax (aten/src/ATen/native/cuda/SoftMax.cu ``cunn_SoftMaxForward``: a max pass,
+  a sum-exp pass and a pass that writes the output; the reductions run in fp32 in
+  registers) and nll_loss: 4 passes of ``e`` bytes per logit in 2 kernels; backward,
+  nll_loss_backward fills a zero gradient and scatters the targets' entries, and
+  ``cunn_SoftMaxBackward`` sums that gradient per row, then reads it with the saved
+  output and writes the input gradient: 5 passes in 3 kernels.
 - MTP (DeepSeek-V3 Sec. 2.2; megatron-core MultiTokenPredictionLayer): per MTP layer an
   embedding lookup of the shifted tokens, enorm and hnorm, the ``2h -> h`` eh_proj, then a
   transformer layer and the output layer with its loss (added by the backend).
@@ -27,6 +35,9 @@ CE_FWD_BYTES_PER_LOGIT = 38.0
 CE_BWD_BYTES_PER_LOGIT = 22.0
 FUSED_CE_FWD_BYTES_PER_LOGIT = 6.0
 FUSED_CE_BWD_BYTES_PER_LOGIT = 4.0
+# torch F.cross_entropy without an fp32 upcast: passes over the logits (module docstring).
+TORCH_CE_FWD_PASSES = 4
+TORCH_CE_BWD_PASSES = 5
 
 
 def vocab_shard(sh: Shapes) -> int:
@@ -61,7 +72,11 @@ def output_ops(sh: Shapes) -> list[OpCost]:
     v = vocab_shard(sh)
     logits = t * v
     dtype = "fp32" if sh.gemm_dtype == "fp32" else "bf16"
-    if sh.train.cross_entropy_loss_fusion:
+    if sh.train.loss_impl == "torch":
+        e = sh.act_bytes
+        ce = memory_op(sh, "cross_entropy", "output", TORCH_CE_FWD_PASSES * e * logits,
+                       TORCH_CE_BWD_PASSES * e * logits, fwd_kernels=2, bwd_kernels=3)
+    elif sh.train.cross_entropy_loss_fusion:
         ce = memory_op(sh, "cross_entropy", "output", FUSED_CE_FWD_BYTES_PER_LOGIT * logits,
                        FUSED_CE_BWD_BYTES_PER_LOGIT * logits, fwd_kernels=2, bwd_kernels=1)
     else:

@@ -28,6 +28,12 @@ local while ``LanguageModule.compute_language_model_loss`` runs one of three los
   write it to a new fp32 tensor (``torch.empty_like(_input, dtype=torch.float32)``) and
   save that; the logits are alive beside it in the forward, and its cast back to the
   logits' dtype in the backward: 4nv saved + nv*e transient.
+- torch (``train.loss_impl='torch'``: ``torch.nn.functional.cross_entropy`` on the logits
+  in their own dtype, NeMo AutoModel's ``MaskedCrossEntropy(fp32_upcast=False)``):
+  log_softmax saves its output (nv*e; tests/memory/test_torch_loss.py holds it against
+  torch's own saved tensors) and nll_loss the targets and a scalar total weight; the logits are alive beside the
+  output in the forward, and in the backward nll_loss's gradient and log_softmax's input
+  gradient beside the saved output: nv*e saved + 2nv*e transient.
 """
 from __future__ import annotations
 
@@ -57,6 +63,11 @@ def head_items(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
     v = _vocab(model, par)
     it = norm_items(model, d, "final_norm", d.n_sp, model.hidden_size) if final_norm else {}
     it["output_layer.input"] = d.n_sp * model.hidden_size * d.e
+    if train.loss_impl == "torch":
+        it["loss.log_softmax"] = d.n * v * d.e
+        it["loss.target"] = d.n * 8
+        it["loss.total_weight"] = d.e  # nll_loss's scalar, in the logits' dtype
+        return it
     if te_cross_entropy(train):
         # CrossEntropyFunction.forward saves the input gradient the kernel wrote: into
         # the logits (TE <= 2.17) or a new fp32 tensor (TE >= 2.18).
@@ -78,6 +89,8 @@ def loss_transient_bytes(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
     """Bytes alive during one loss beyond what it saves (module docstring)."""
     d = Dims.of(par, train)
     nv = d.n * _vocab(model, par)
+    if train.loss_impl == "torch":
+        return 2 * nv * d.e
     if te_cross_entropy(train):
         # TE >= 2.18: the logits (or their gradient) beside the fp32 gradient.
         return nv * d.e if options.te_cross_entropy_fp32_grad else 0

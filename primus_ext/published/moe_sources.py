@@ -29,7 +29,9 @@ they leave unstated takes the source's documented default, each with a note.
   wraps each block in torch's non-reentrant ``checkpoint_wrapper`` (``moe/parallelizer.py
   apply_ac``), whose recompute stops early (a row that does not state it is left to the
   memory ladder: the published configs differ on it); AutoModel's DeepSeek-V3 (``models/deepseek_v3/model.py``) has no
-  multi-token-prediction module. FSDP2 keeps the blocks gathered through the step
+  multi-token-prediction module. The loss is ``MaskedCrossEntropy`` with
+  ``fp32_upcast: false`` (``components/loss/masked_ce.py``: ``F.cross_entropy`` on the
+  bf16 logits), not megatron-core's vocab-parallel loss. FSDP2 keeps the blocks gathered through the step
   (``reshard_after_forward=False``) and ``fsdp_mixin.py`` defers the gradient
   reduce-scatter and the reshard to the last microbatch: one gather and one
   reduce-scatter per step with or without a pipeline. With a pipeline each
@@ -147,6 +149,10 @@ def automodel(f: RowFacts, rec: Recipe) -> None:
             f"{AUTOMODEL} _transformers/auto_model.py from_config: torch_dtype 'auto' -> "
             "torch.bfloat16 (the benchmark configs set none), the model built in bf16 and "
             "stepped by torch.optim.Adam, whose moments take the parameters' dtype")
+    rec.set("train", "loss_impl", "torch",
+            f"{AUTOMODEL} examples/llm_benchmark *_te_deepep*.yaml loss_fn: "
+            "MaskedCrossEntropy fp32_upcast false (components/loss/masked_ce.py: "
+            "F.cross_entropy on the bf16 logits)")
     if f.model_preset == "deepseek_v3":
         rec.set("model", "mtp_num_layers", 0,
                 f"{AUTOMODEL} models/deepseek_v3/model.py: no MTP module")

@@ -20,6 +20,7 @@ OPTIMIZER_IMPLS = ("megatron", APEX_DFA)
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
 FLASH_IMPLS = ("native", "fa2", "fa1")
 CROSS_ENTROPY_IMPLS = ("native", "te")
+LOSS_IMPLS = ("megatron", "torch")
 OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm",
                    "expert_fc1", "moe_act", "fused_group_mlp")
 MAIN_GRADS_DTYPES = ("fp32", "bf16")
@@ -66,6 +67,12 @@ class TrainSpec:
     # exp-logits saved) or 'te' (Transformer Engine parallel_cross_entropy: the logits
     # saved in their own dtype, the gradient written into them in place).
     cross_entropy_fusion_impl: str = "native"
+    # Which loss computes the cross-entropy: 'megatron' (megatron-core's vocab-parallel
+    # cross-entropy, unfused in fp32 unless cross_entropy_loss_fusion) or 'torch'
+    # (torch.nn.functional.cross_entropy on the logits in their own dtype, no fp32
+    # upcast: NeMo AutoModel's MaskedCrossEntropy(fp32_upcast=False)). Megatron-LM has no
+    # flag for 'torch'.
+    loss_impl: str = "megatron"
     # Sequence chunks the output layer and loss run in, one after the other: 1 in
     # megatron-core; torchtitan's ChunkedLossWrapper (torchtitan/components/loss.py,
     # Config.num_chunks = 8) runs lm_head + cross-entropy per chunk, so its vocab-parallel
@@ -204,6 +211,10 @@ class TrainSpec:
         one_of(_OWNER, "flash_attn_impl", self.flash_attn_impl, FLASH_IMPLS)
         one_of(_OWNER, "cross_entropy_fusion_impl", self.cross_entropy_fusion_impl,
                CROSS_ENTROPY_IMPLS)
+        one_of(_OWNER, "loss_impl", self.loss_impl, LOSS_IMPLS)
+        if self.loss_impl == "torch" and self.cross_entropy_loss_fusion:
+            raise ValueError("train.loss_impl='torch' computes torch's own cross-entropy: "
+                             "it takes no train.cross_entropy_loss_fusion (set it false)")
         one_of(_OWNER, "optimizer", self.optimizer, OPTIMIZERS)
         one_of(_OWNER, "activation_checkpoint", self.activation_checkpoint,
                ACTIVATION_CHECKPOINTS)

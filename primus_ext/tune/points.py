@@ -7,6 +7,7 @@ use_distributed_optimizer ('fsdp', 'torch_fsdp2', 'distributed_optimizer', 'none
 from __future__ import annotations
 
 import re
+from typing import Mapping
 
 from primus_ext.spec import RunSpec
 
@@ -102,3 +103,16 @@ def describe(point: Point) -> str:
         flags.append(d["precision"])
     return (f"TP{d['tp']} PP{d['pp']} VPP{d['vpp']} CP{d['cp']}{ep} MBS"
             f"{d['micro_batch_size']} rc={d['recompute']} {' '.join(flags)}")
+
+
+def candidate_from_dict(space, values: Mapping, start: Point) -> Point:
+    """A point of ``space`` (a SearchSpace) from a partial dict of axis values (unnamed
+    axes keep ``start``'s)."""
+    d = as_dict(start)
+    for k, v in values.items():
+        if k not in IDX:
+            raise ValueError(f"{k!r} is not a search axis ({', '.join(AXES)})")
+        if not (v is None or isinstance(v, (bool, int, float, str))):
+            raise ValueError(f"{k}={v!r} must be a single value")
+        d[k] = v
+    return space.normalize(tuple(d[a] for a in AXES))

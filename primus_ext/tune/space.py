@@ -22,44 +22,23 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import re
 from collections import Counter
-from typing import Iterable, Mapping
+from typing import Iterable
 
 from primus_ext.presets import hardware_preset, recipe_defaults
 from primus_ext.spec import ClusterSpec, RunSpec, uses_te
 # Point helpers are re-exported: callers import them from the space.
 from primus_ext.tune.points import (_EP, _ETP, _OPG, _PP, _SCHED, _SHARD, _SP,  # noqa: F401
                                     _TP, _TPO, _VPP, AXES, IDX, SHARDINGS, TITAN_CHECKPOINTS,
-                                    TITAN_SHARDINGS, Point, as_dict,
+                                    TITAN_SHARDINGS, Point, as_dict, candidate_from_dict,
                                     describe, parse_recompute, point_of, recompute_label,
                                     sharding_of)
 from primus_ext.tune.settings import SpaceSettings
+from primus_ext.tune.space_util import _divisors, _memo, _pow2_upto, _reason_key, _uniq
 from primus_ext.tune.splits import NO_SPLIT, megatron_split, pp_sizes
 
 _UNEVEN_FIELDS = ("pipeline_layout", "decoder_first_pipeline_num_layers",
                   "decoder_last_pipeline_num_layers")
-
-
-# ---- defaults -----------------------------------------------------------------------
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _pow2_upto(n: int) -> list[int]:
-    out, v = [], 1
-    while v <= n:
-        out.append(v)
-        v *= 2
-    return out
-
-
-def _uniq(values: Iterable) -> tuple:
-    seen: list = []
-    for v in values:
-        if v not in seen:
-            seen.append(v)
-    return tuple(seen)
 
 
 class SearchSpace:
@@ -391,36 +370,3 @@ def unstated_settings(spec: RunSpec, settings) -> tuple[str, ...]:
 def space_of(spec: RunSpec, settings) -> SearchSpace:
     """The search space of a tuning run (TuneSettings ``settings``)."""
     return SearchSpace(spec, settings.space, unstated=unstated_settings(spec, settings))
-
-
-def _memo(cache: dict, key, build):
-    """``build()`` once per key; a ValueError is remembered and raised again."""
-    hit = cache.get(key)
-    if hit is None:
-        try:
-            hit = build()
-        except ValueError as exc:
-            hit = exc
-        cache[key] = hit
-    if isinstance(hit, ValueError):
-        raise hit
-    return hit
-
-
-def _reason_key(msg: str) -> str:
-    """Group legality errors by rule: the message with its numbers blanked."""
-    key = re.sub(r"\d+", "N", msg)
-    key = re.sub(r"N(\*N)+", "N", key)
-    return key[:110]
-
-
-def candidate_from_dict(space: SearchSpace, values: Mapping, start: Point) -> Point:
-    """A point from a partial dict of axis values (unnamed axes keep ``start``'s)."""
-    d = as_dict(start)
-    for k, v in values.items():
-        if k not in IDX:
-            raise ValueError(f"{k!r} is not a search axis ({', '.join(AXES)})")
-        if not (v is None or isinstance(v, (bool, int, float, str))):
-            raise ValueError(f"{k}={v!r} must be a single value")
-        d[k] = v
-    return space.normalize(tuple(d[a] for a in AXES))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Callable
 
 from primus_ext.spec import RunSpec
-from primus_ext.tune.space import _pow2_upto
+from primus_ext.tune.space_util import _pow2_upto
 from primus_ext.tune.splits import megatron_split, pp_sizes
 
 

@@ -18,7 +18,7 @@ def build_titan_spec(space, point: Point) -> RunSpec:
     """The RunSpec of a normalised point of ``space`` (a SearchSpace of a torchtitan
     job); ValueError when torchtitan or the costed layout refuses it."""
     from primus_ext.project.torchtitan import simulated_view
-    from primus_ext.tune.space import _memo
+    from primus_ext.tune.space_util import _memo
     d = as_dict(point)
     base = space.base
     pp, vpp = d["pp"], d["vpp"]

@@ -109,6 +109,27 @@ def test_rotary_percent_is_read_and_written():
         _parse("--rotary-percent", "0")
 
 
+def test_aligned_param_gather_is_megatron_lms_default_with_virtual_stages():
+    # Megatron-LM core_v0.16.1 arguments.py: --no-align-param-gather (store_false, so on
+    # by default), set back to False without virtual stages; training.py installs the
+    # param_sync_func only with --overlap-param-gather.
+    pipe = ("--pipeline-model-parallel-size", "2", "--global-batch-size", "64",
+            "--target-nodes", "2", "--use-distributed-optimizer", "--overlap-grad-reduce")
+    vp = ("--num-layers-per-virtual-pipeline-stage", "1")
+    gather = ("--overlap-param-gather",)
+    on = _parse(*pipe, *gather, *vp)
+    assert on.spec.parallel.align_param_gather
+    assert "--no-align-param-gather" not in megatron_argv(on.spec)
+    assert not _parse(*pipe, *gather).spec.parallel.align_param_gather
+    assert not _parse(*pipe, *vp).spec.parallel.align_param_gather
+    off = _parse(*pipe, *gather, *vp, "--no-align-param-gather")
+    assert not off.spec.parallel.align_param_gather
+    assert "--no-align-param-gather" not in "; ".join(off.no_effect + off.not_modelled)
+    assert "--no-align-grad-reduce" in "; ".join(
+        _parse(*pipe, *vp, "--no-align-grad-reduce").not_modelled)
+    assert "--no-align-param-gather" in megatron_argv(off.spec)
+
+
 @pytest.mark.parametrize("extra", [("--hybrid-override-pattern", "M-M*-M-"),
                                    ("--mamba-state-dim", "128"),
                                    ("--hybrid-layer-pattern=M*M*",)])

@@ -179,6 +179,9 @@ def parallel_args(spec: RunSpec) -> list:
     a.value("--num-distributed-optimizer-instances", p.num_distributed_optimizer_instances)
     a.switch("--overlap-grad-reduce", p.overlap_grad_reduce)
     a.switch("--overlap-param-gather", legal["overlap_param_gather"])
+    # On by default in Megatron-LM with virtual stages.
+    a.switch("--no-align-param-gather", legal["overlap_param_gather"] and p.vpp > 1
+             and not p.align_param_gather)
     a.switch("--tp-comm-overlap", legal["tp_comm_overlap"])
     return list(a)
 
@@ -316,6 +319,10 @@ def torchrun_script(spec: RunSpec, title: str = "") -> str:
         lines.insert(3, "# Projected without fp32 master weights (train.master_weights="
                         "false); Megatron-LM has no flag for it, so this line keeps them "
                         "(more optimizer memory).")
+    if spec.train.loss_impl == "torch":
+        lines.insert(3, "# Projected with torch's cross-entropy on the bf16 logits (train."
+                        "loss_impl=torch); Megatron-LM computes its vocab-parallel loss "
+                        "(fp32 unless --cross-entropy-loss-fusion).")
     if spec.parallel.tp_comm_overlap or spec.parallel.fsdp:
         lines.insert(3, "# Needs Transformer Engine (tp-comm-overlap) / FSDP support "
                         "in the Megatron-LM build.")

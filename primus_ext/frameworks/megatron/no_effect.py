@@ -203,7 +203,7 @@ _NOT_MODELLED = {
     "accumulation, the fused division, aligned launches)": (
         "--ddp-bucket-size --ddp-num-buckets --ddp-pad-buckets-for-high-nccl-busbw "
         "--ddp-average-in-collective --ddp-reduce-scatter-with-fp32-accumulation "
-        "--no-gradient-reduce-div-fusion --no-align-grad-reduce --no-align-param-gather "
+        "--no-gradient-reduce-div-fusion --no-align-grad-reduce "
         "--overlap-param-gather-with-optimizer-step --suggested-communication-unit-size"),
     "collective setup (SHARP, NCCL communicator configs, symmetric memory, extra "
     "all-gather groups, high-priority streams)": (

@@ -175,6 +175,10 @@ PARALLEL = (
        "parallel.num_distributed_optimizer_instances", 1, int),
     _f("--overlap-grad-reduce", "parallel.overlap_grad_reduce", False),
     _f("--overlap-param-gather", "parallel.overlap_param_gather", False),
+    # Default on in Megatron-LM core_v0.16.1; arguments.py turns it off without virtual
+    # stages (project/dp_sync.py times the aligned gather).
+    _f("--no-align-param-gather", "parallel.align_param_gather", True, store_false=True,
+       dest="align_param_gather"),
     _f("--tp-comm-overlap", "parallel.tp_comm_overlap", False),
     _f("--grad-reduce-in-bf16", "parallel.grad_reduce_in_fp32", False),
     _f("--accumulate-allreduce-grads-in-fp32", "parallel.grad_reduce_in_fp32", False),
