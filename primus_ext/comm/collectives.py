@@ -18,10 +18,14 @@ buffer, as nccl-tests counts it):
 
 - ring all-reduce ``2(n-1)/n * S``; reduce-scatter / all-gather ``(n-1)/n * S``; a flat
   ring that leaves the domain runs at ``min(busbw_up, g * busbw_out)`` (one ring per NIC);
-- hierarchical (k > 1): the intra-domain reduce-scatter / all-gather on the scale-up tier
-  and the inter-domain step on the ``S/g`` shard over the NICs, pipelined (the slower of
-  the two; the 4-node B200 measurement sits at this bound, 4.2), the inter step a ring or
-  (all-reduce) a double binary tree, whichever has fewer hops;
+- reduce-scatter / all-gather across domains: one flat ring over all ``n`` ranks, NCCL's
+  only algorithm for them on a network without NVLS / CollNet, in the fastest of the
+  LL / LL128 / Simple protocols with NCCL's per-protocol latencies (``cross_ring_s``);
+- all-reduce across domains: the flat ring or a hierarchical one, the intra-domain
+  reduce-scatter / all-gather on the scale-up tier and the inter-domain step on the
+  ``S/g`` shard over the NICs, pipelined (the slower of the two; the 4-node B200
+  measurement sits at this bound, 4.2), the inter step a ring or a double binary tree,
+  whichever has fewer hops;
 - all-to-all: of the ``S`` bytes a rank holds, ``S(g-1)/n`` go over the scale-up links and
   ``S(n-g)/n`` over its NIC, concurrently; latency grows by ``a2a_peer_latency_s`` a peer;
 - p2p: one transfer over the tier that joins the two ranks.
@@ -108,21 +112,57 @@ def all_reduce_s(hw: HardwareSpec, span: GroupSpan, nbytes: float) -> float:
     return min(flat, hier)
 
 
+def cross_ring_s(hw: HardwareSpec, span: GroupSpan, moved: float, steps: int,
+                 inter_steps: int) -> float:
+    """A ring over ``k > 1`` domains that moves ``moved`` bytes per rank in ``steps``
+    steps, ``inter_steps`` of them over the network, in the fastest of NCCL's three
+    protocols (its tuner's choice, NVIDIA/nccl src/graph/tuning.cc v2.18-v2.21):
+
+    - latency ``max(scale_out_latency_s, base_p) + in-domain steps * max(up hop_p,
+      net overhead_p) + network steps * net hop_p``; the net overhead (posting each step
+      to the network proxy) is ``net_step_overhead_s``, three times for Simple;
+    - Simple moves at the flat ring's size-dependent bus bandwidth ``min(up, g * NIC)``;
+      LL128 at ``ll128_bandwidth_fraction`` of it; LL at a quarter of its peak, at most
+      ``scale_out_ll_gbps``.
+    """
+    g = span.ranks_per_domain
+    intra = steps - inter_steps
+    base = hw.scale_out_latency_s
+    out_peak = _out_bps(hw) * max(g, 1)
+    if g > 1:
+        up_peak = _up_bps(hw, span)
+        simple = max(_xfer_s(moved, up_peak, hw.scale_up_half_bytes, 0.0),
+                     _xfer_s(moved, out_peak, hw.scale_out_half_bytes, 0.0))
+        peak = min(up_peak, out_peak)
+    else:
+        simple = _xfer_s(moved, out_peak, hw.scale_out_half_bytes, 0.0)
+        peak = out_peak
+    ov = hw.net_step_overhead_s
+    t_simple = (max(base, hw.ring_base_simple_s)
+                + intra * max(hw.scale_up_hop_simple_s, 3 * ov)
+                + inter_steps * hw.scale_out_hop_simple_s + simple)
+    t_ll128 = (max(base, hw.ring_base_ll128_s) + intra * max(hw.scale_up_hop_ll128_s, ov)
+               + inter_steps * hw.scale_out_hop_ll128_s
+               + simple / hw.ll128_bandwidth_fraction)
+    ll_bps = min(hw.scale_out_ll_gbps * 1e9, peak / 4)
+    t_ll = (max(base, hw.ring_base_ll_s) + intra * max(hw.scale_up_hop_latency_s, ov)
+            + inter_steps * hw.scale_out_hop_latency_s + moved / ll_bps)
+    return min(t_simple, t_ll128, t_ll)
+
+
 def reduce_scatter_s(hw: HardwareSpec, span: GroupSpan, nbytes: float) -> float:
-    """Reduce-scatter of an ``nbytes`` buffer (each rank keeps ``nbytes / n``)."""
+    """Reduce-scatter of an ``nbytes`` buffer (each rank keeps ``nbytes / n``). Across
+    domains NCCL runs it as one flat ring over all ``n`` ranks (its only reduce-scatter
+    and all-gather algorithm without NVLS / CollNet on the network: tuning.cc skips
+    every other for these collectives), ``n - 1`` steps, ``k - 1`` of them inter-node."""
     n = span.size
     if n <= 1 or nbytes <= 0:
         return 0.0
-    k, g = span.num_domains, span.ranks_per_domain
+    k = span.num_domains
     if k == 1:
         return (hw.scale_up_latency_s + (n - 1) * hw.scale_up_hop_latency_s
                 + _up(hw, span, (n - 1) / n * nbytes))
-    base = hw.scale_out_latency_s
-    flat = (base + (n - k) * hw.scale_up_hop_latency_s + (k - 1) * hw.scale_out_hop_latency_s
-            + _flat_ring_s(hw, span, (n - 1) / n * nbytes))
-    hier = (base + (g - 1) * hw.scale_up_hop_latency_s + (k - 1) * hw.scale_out_hop_latency_s
-            + max(_up(hw, span, (g - 1) / g * nbytes), _out(hw, (k - 1) / k * nbytes / g)))
-    return min(flat, hier)
+    return cross_ring_s(hw, span, (n - 1) / n * nbytes, n - 1, k - 1)
 
 
 def all_gather_s(hw: HardwareSpec, span: GroupSpan, nbytes: float) -> float:

@@ -87,6 +87,22 @@ class HardwareSpec:
     scale_up_hop_latency_s: float = 0.6e-6  # per ring step inside the domain
     scale_out_hop_latency_s: float = 2.7e-6  # per ring step over the network
     a2a_peer_latency_s: float = 0.5e-6  # per peer of an all-to-all
+    # A ring that leaves the domain (comm/collectives.py cross_ring_s) runs, as NCCL's
+    # tuner chooses, the fastest of three protocols, each with its own base latency, hop
+    # latencies and bandwidth (NVIDIA/nccl src/graph/tuning.cc, v2.18-v2.21): LL at the
+    # scale_*_hop_latency_s above; LL128 and Simple here.
+    ring_base_ll_s: float = 6.6e-6
+    ring_base_ll128_s: float = 14e-6
+    ring_base_simple_s: float = 8.4e-6
+    scale_up_hop_ll128_s: float = 1.9e-6
+    scale_up_hop_simple_s: float = 3.4e-6
+    scale_out_hop_ll128_s: float = 4.0e-6
+    scale_out_hop_simple_s: float = 14e-6
+    # Host cost of posting each ring step to the network proxy (a floor under every
+    # in-domain hop of a multi-node ring; Simple pays it three times).
+    net_step_overhead_s: float = 1.0e-6
+    ll128_bandwidth_fraction: float = 0.92  # LL128 bus bw / Simple's (ppn >= 2)
+    scale_out_ll_gbps: float = 20.4  # LL bus bw cap across the network (more than 2 nodes)
     scale_up_mesh: bool = False  # True: point-to-point links, no switch (AMD xGMI)
     comm_overlap_penalty: float = 0.10  # compute lost per second of overlapped comm (SMs)
     # Collectives a framework issues on a side stream without ``async_op`` overlap compute
@@ -152,7 +168,8 @@ class HardwareSpec:
                   "gemm_misaligned_efficiency", "gemm_in_step_ratio", "attention_efficiency",
                   "attention_bwd_efficiency", "hbm_efficiency", "gather_hbm_efficiency",
                   "scale_up_efficiency", "scale_up_a2a_efficiency", "scale_out_efficiency",
-                  "ll_bandwidth_fraction", "flash2_attention_ratio"):
+                  "ll_bandwidth_fraction", "flash2_attention_ratio",
+                  "ll128_bandwidth_fraction"):
             v = getattr(self, f)
             if not 0 < v <= 1:
                 raise ValueError(f"hardware.{f}={v} must be in (0, 1]")
@@ -171,8 +188,15 @@ class HardwareSpec:
             non_negative(_OWNER, f, v)
         for f in ("scale_up_latency_s", "scale_out_latency_s", "kernel_overhead_s",
                   "gemm_fill_s", "scale_up_hop_latency_s", "scale_out_hop_latency_s",
-                  "a2a_peer_latency_s"):
+                  "a2a_peer_latency_s", "ring_base_ll_s", "ring_base_ll128_s",
+                  "ring_base_simple_s", "scale_up_hop_ll128_s", "scale_up_hop_simple_s",
+                  "scale_out_hop_ll128_s", "scale_out_hop_simple_s",
+                  "net_step_overhead_s"):
             non_negative(_OWNER, f, getattr(self, f))
+        non_negative(_OWNER, "scale_out_ll_gbps", self.scale_out_ll_gbps)
+        if self.scale_out_ll_gbps == 0:
+            raise ValueError(f"hardware.scale_out_ll_gbps={self.scale_out_ll_gbps} must be "
+                             "positive")
         non_negative(_OWNER, "host_speed", self.host_speed)
         if self.host_speed == 0:
             raise ValueError(f"hardware.host_speed={self.host_speed} must be positive")

@@ -123,3 +123,47 @@ def test_single_rank_groups_cost_nothing():
         assert collective_s(hw, span(1), name, 1e9) == 0.0
     with pytest.raises(ValueError, match="collective 'bcast'"):
         collective_s(hw, span(8), "bcast", 1.0)
+
+
+def _nccl_ring_us(n: int, k: int, proto: str) -> float:
+    """NCCL's own ring latency for an all-gather / reduce-scatter over ``k`` nodes of
+    ``n / k`` Intel-hosted GPUs (NVIDIA/nccl v2.18.1-1 src/graph/tuning.cc: baseLat
+    Ring, hwLat NVLINK / NET Ring, getNetOverhead 1 us, x3 for Simple)."""
+    base = {"ll": 6.6, "ll128": 14.0, "simple": 8.4}[proto]
+    up = {"ll": 0.6, "ll128": 1.9, "simple": 3.4}[proto]
+    net = {"ll": 2.7, "ll128": 4.0, "simple": 14.0}[proto]
+    ov = 3.0 if proto == "simple" else 1.0
+    return base + (n - k) * max(up, ov) + (k - 1) * net
+
+
+def test_cross_node_all_gather_is_a_flat_ring_in_nccls_fastest_protocol():
+    """Across nodes NCCL runs all-gather / reduce-scatter as one ring over all ranks
+    (n - 1 steps) in the protocol its tuner finds fastest: LL for a tiny message, LL128
+    in the middle (512 ranks: Simple's 3.4 / 14 us hops cost 2.4 ms), Simple's bandwidth
+    for a huge one."""
+    hw = hardware_preset("h100")
+    ll_lat = max(hw.scale_out_latency_s * 1e6, 6.6) - 6.6 + _nccl_ring_us(16, 2, "ll")
+    assert all_gather_s(hw, span(16, 2), 1024) * 1e6 == pytest.approx(ll_lat, rel=0.02)
+    # 512 ranks, 400 MB: NCCL's latencies are LL128 1.12 ms, Simple 2.41 ms.
+    assert _nccl_ring_us(512, 64, "ll128") == pytest.approx(1117, abs=1)
+    assert _nccl_ring_us(512, 64, "simple") == pytest.approx(2414, abs=1)
+    S = 4e8
+    t = all_gather_s(hw, span(512, 64), S)
+    nic8 = 8 * hw.scale_out_gbps * 1e9 * hw.scale_out_efficiency
+    bw_s = (511 / 512 * S) / nic8 / (S / (S + hw.scale_out_half_bytes))
+    assert t == pytest.approx(_nccl_ring_us(512, 64, "ll128") * 1e-6 + bw_s / 0.92, rel=0.01)
+    assert t < _nccl_ring_us(512, 64, "simple") * 1e-6 + bw_s
+    # Huge: Simple's bandwidth wins over LL128's 0.92 of it.
+    S = 2e10
+    big = reduce_scatter_s(hw, span(512, 64), S)
+    bw_s = (511 / 512 * S) / nic8 / (S / (S + hw.scale_out_half_bytes))
+    assert big == pytest.approx(_nccl_ring_us(512, 64, "simple") * 1e-6 + bw_s, rel=0.01)
+
+
+def test_cross_node_ring_latency_grows_with_every_rank():
+    """No hierarchical shortcut for all-gather: the latency of a small one grows by a
+    hop per added rank, not per added node only."""
+    hw = hardware_preset("h100")
+    small = [all_gather_s(hw, span(8 * k, k), 64e3) for k in (2, 8, 64)]
+    assert small[0] < small[1] < small[2]
+    assert small[2] - small[1] > (448 - 56) * 1.0e-6
