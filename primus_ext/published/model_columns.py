@@ -1,7 +1,8 @@
 """A row's model columns into a ModelSpec: the preset matched from the ``model`` column
 supplies what the columns cannot say; ``MegatronGPT-*`` rows have no preset and take
 Megatron-LM's GPT defaults; any other model without a preset is built from its shape
-columns (``published/shape_columns.py``) or refused with the missing column named; an
+columns (``published/shape_columns.py``: the defaults of its empty architecture columns
+chosen by its stated size) or refused with the missing column named; an
 empty ``seq_len`` takes the preset's pre-training context."""
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from primus_ext.presets import model_preset
 from primus_ext.published.cells import RowError, _Row
 from primus_ext.published.contexts import TRAINING_CONTEXT, training_context
 from primus_ext.published.names import match_model_preset, normalize_model_name
-from primus_ext.published.shape_columns import check_stated_size, fields_from_columns
+from primus_ext.published.shape_columns import CONVENTIONS, architecture_stated, \
+    check_stated_size, fields_from_columns
 from primus_ext.spec import ModelSpec
 
 # Megatron-LM's GPT defaults (arguments.py): 4*hidden FFN, MHA, GeLU, LayerNorm, biases,
@@ -48,7 +50,37 @@ def model_of(r: _Row, notes: list[str]) -> tuple[ModelSpec, str | None]:
                      "learned absolute positions, untied embeddings as the published "
                      "parameter counts imply)")
     else:
-        fields = fields_from_columns(r, norm, notes)
+        return _from_columns(r, norm, notes)
+    return _build(r, fields, preset, norm, notes), preset
+
+
+def _from_columns(r: _Row, norm: str, notes: list[str]) -> tuple[ModelSpec, None]:
+    """A model without a preset: from its shape columns, the defaults for the empty
+    architecture columns chosen by the stated size where the row states one and no
+    architecture column (shape_columns.py)."""
+    from primus_ext.memory.params import count_params
+    stated = r.float_("params_total_b")
+    names = list(CONVENTIONS) if stated and not architecture_stated(r) else \
+        [next(iter(CONVENTIONS))]
+    built = []
+    for convention in names:
+        own: list[str] = []
+        model = _build(r, fields_from_columns(r, norm, own, convention), None, norm, own)
+        built.append((count_params(model).num_params / 1e9, convention, model, own))
+    counted, convention, model, own = min(
+        built, key=lambda b: abs(b[0] - stated) if stated else 0.0)
+    notes += own
+    if len(built) > 1:
+        counts = ", ".join(f"{c}: {b:.1f}B" for b, c, _, _ in built)
+        notes.append(f"architecture columns empty: {convention} taken, the nearer count "
+                     f"to the stated {stated:g}B ({counts})")
+    check_stated_size(r, counted, notes)
+    return model, None
+
+
+def _build(r: _Row, fields: dict, preset: str | None, norm: str,
+           notes: list[str]) -> ModelSpec:
+    name = r.text("model", required=True)
     for column, key in _MODEL_COLUMNS:
         value = r.int_(column)
         if value is None:
@@ -74,13 +106,9 @@ def model_of(r: _Row, notes: list[str]) -> tuple[ModelSpec, str | None]:
             notes.append(f"max_position_embeddings={seq} (learned position table sized to "
                          "the run's sequence length)")
     try:
-        model = ModelSpec(**fields)
+        return ModelSpec(**fields)
     except ValueError as exc:
         raise RowError(f"row {r.run_id}: {exc}") from None
-    if preset is None and not norm.startswith(_GPT_FAMILIES):
-        from primus_ext.memory.params import count_params
-        check_stated_size(r, count_params(model).num_params / 1e9, notes)
-    return model, preset
 
 
 def _fill_seq(r: _Row, preset: str | None, notes: list[str]) -> None:

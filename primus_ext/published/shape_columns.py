@@ -21,8 +21,13 @@ column                      values
 ``first_k_dense``           dense layers before the MoE layers (ffn_hidden is theirs)
 ==========================  =====================================================
 
-When the row states its size (``params_total_b``), the built model's count is compared
-with it and a difference over 5 % is said: a wrong default shows there.
+Where every architecture column is empty and the row states its size
+(``params_total_b``), the defaults are chosen by that size: Megatron-LM's (above) or the
+decoder convention of Hugging Face's ``LlamaConfig`` defaults (``hidden_act`` silu, i.e.
+SwiGLU; RMSNorm; RoPE; ``tie_word_embeddings`` false; ``attention_bias`` and ``mlp_bias``
+false), which most open MoE and dense models of the tables follow; the one whose
+parameter count is nearer the stated size is taken and said (``model_columns.py``). A
+count still more than 5 % off the stated size is said: a wrong column shows there.
 """
 from __future__ import annotations
 
@@ -36,6 +41,13 @@ from primus_ext.spec.model import ACTIVATIONS, NORMALIZATIONS, POSITION_EMBEDDIN
 MEGATRON_DEFAULTS = {"activation": "gelu", "normalization": "LayerNorm",
                      "position_embedding": "learned_absolute", "tied_embeddings": True,
                      "bias_linear": True, "qkv_bias": False}
+# transformers LlamaConfig defaults (hidden_act "silu" with the gated MLP, RMSNorm, rotary
+# positions, tie_word_embeddings False, attention_bias False, mlp_bias False).
+LLAMA_DEFAULTS = {"activation": "swiglu", "normalization": "RMSNorm",
+                  "position_embedding": "rope", "tied_embeddings": False,
+                  "bias_linear": False, "qkv_bias": False}
+CONVENTIONS = {"Megatron-LM's defaults": MEGATRON_DEFAULTS,
+               "the LlamaConfig convention": LLAMA_DEFAULTS}
 _CHOICES = {"activation": ACTIVATIONS, "normalization": NORMALIZATIONS,
             "position_embedding": POSITION_EMBEDDINGS}
 _FIELDS = {"activation": "activation", "normalization": "normalization",
@@ -45,8 +57,17 @@ _BOOL = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0":
 SIZE_TOLERANCE = 0.05
 
 
-def fields_from_columns(r: _Row, name: str, notes: list[str]) -> dict:
-    """ModelSpec fields for a row whose model matches no preset."""
+def architecture_stated(r: _Row) -> bool:
+    """Does the row give any architecture column (then Megatron-LM's defaults fill the
+    rest, as a launch line's would)?"""
+    return any(r.text(c) for c in MEGATRON_DEFAULTS)
+
+
+def fields_from_columns(r: _Row, name: str, notes: list[str],
+                        convention: str = "Megatron-LM's defaults") -> dict:
+    """ModelSpec fields for a row whose model matches no preset; empty architecture
+    columns take ``CONVENTIONS[convention]``."""
+    defaults = CONVENTIONS[convention]
     moe = bool(r.text("num_experts"))
     required = ["layers", "hidden", "heads", "vocab"]
     required += ["topk", "moe_ffn_hidden"] if moe else ["ffn_hidden"]
@@ -56,7 +77,7 @@ def fields_from_columns(r: _Row, name: str, notes: list[str]) -> dict:
                          f"the row's columns must give its shape ({', '.join(required)})")
     fields: dict = {"name": name}
     defaulted = []
-    for column, default in MEGATRON_DEFAULTS.items():
+    for column, default in defaults.items():
         cell = r.text(column)
         if not cell:
             value = default
@@ -80,7 +101,7 @@ def fields_from_columns(r: _Row, name: str, notes: list[str]) -> dict:
         if value is not None:
             fields[key] = value
     notes.append(f"model {r.text('model')!r}: no preset; built from the row's shape columns"
-                 + (f", with Megatron-LM's defaults for what it leaves out: "
+                 + (f", with {convention} for what it leaves out: "
                     f"{', '.join(defaulted)}" if defaulted else ""))
     if not r.text("kv_heads"):
         notes.append("kv_heads empty: multi-head attention (one KV head per query head)")

@@ -63,6 +63,32 @@ def test_columns_rebuild_a_preset_model_exactly():
     assert count_params(run.spec.model) == count_params(preset)
 
 
+def test_empty_architecture_columns_take_the_convention_the_stated_size_implies():
+    # The same Mixtral-8x7B row with every architecture column empty, as the public
+    # tables print it: Megatron-LM's defaults (GeLU, no gate) would build a 32.2B model,
+    # the LlamaConfig convention the mixtral_8x7b preset's (HF config.json) 46.7B.
+    arch = ("activation", "normalization", "position_embedding", "tied_embeddings",
+            "bias_linear")
+    row = {**BLOOM, "model": "SomeMoE-8x7B", "arch": "moe", "params_total_b": "46.7",
+           "layers": "32", "hidden": "4096", "ffn_hidden": "", "heads": "32",
+           "kv_heads": "8", "vocab": "32000", "num_experts": "8", "topk": "2",
+           "moe_ffn_hidden": "14336", "num_gpus": "64", "tp": "2", "pp": "4", "dp": "",
+           "ep": "8", "mbs": "1", "gbs": "256", "seq_len": "4096",
+           **{c: "" for c in arch}}
+    run = parse_row(row)
+    assert run.error is None, run.error
+    preset = ModelSpec(**model_preset("mixtral_8x7b"))
+    assert count_params(run.spec.model) == count_params(preset)
+    assert any("the LlamaConfig convention taken" in n for n in run.notes)
+    # BLOOM states its ALiBi position column: Megatron-LM's defaults fill the rest.
+    bloom = parse_row(BLOOM)
+    assert bloom.spec.model.activation == "gelu"
+    assert not any("convention taken" in n for n in bloom.notes)
+    # Without a stated size the launch-line defaults stand.
+    plain = parse_row({**row, "params_total_b": ""})
+    assert plain.spec.model.activation == "gelu"
+
+
 @pytest.mark.parametrize("column", ["layers", "hidden", "heads", "vocab", "ffn_hidden"])
 def test_a_missing_shape_column_is_named(column):
     run = parse_row({**BLOOM, column: ""})

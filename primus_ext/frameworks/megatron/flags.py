@@ -310,6 +310,12 @@ def torchrun_script(spec: RunSpec, title: str = "") -> str:
         lines.insert(3, "# Schedule: zero-bubble (ZB-H1) as projected; upstream Megatron-LM "
                         "has no flag for it (Primus: --enable-zero-bubble), so this line "
                         "runs 1F1B.")
+    if spec.train.optimizer_impl != "megatron":
+        lines.insert(3, f"# Projected with NeMo 1's Apex DistributedFusedAdam (train."
+                        f"optimizer_impl={spec.train.optimizer_impl}); Megatron-LM has no "
+                        "flag for it, so this line runs megatron-core's distributed "
+                        "optimizer (fp32 master weights and moments: more optimizer "
+                        "memory).")
     if not spec.train.master_weights:
         lines.insert(3, "# Projected without fp32 master weights (train.master_weights="
                         "false); Megatron-LM has no flag for it, so this line keeps them "
