@@ -68,7 +68,10 @@ megatron-core's local spec on `cpu`; `primus_ext.spec.run.uses_te`).
   copied contiguous after RoPE, megatron-core's `save_original_input` for non-delayed
   FP8 recipes); FP8 weight copies (TE's cached workspace, or the uint8 parameter and
   its transpose with `--fp8-param-gather`); TE FusedAdam's precision-aware state
-  (`exp_avg_dtype` / `exp_avg_sq_dtype`, int16 master remainders); bf16 main gradients;
+  (`exp_avg_dtype` / `exp_avg_sq_dtype`, int16 master remainders); NeMo 1's Apex
+  DistributedFusedAdam state (`train.optimizer_impl`: moments in NeMo's `optim.dtype`,
+  the master copy as NeMo's `setup_optimization` asks for it;
+  `primus_ext/memory/apex_adam.py`, `tests/memory/test_apex_adam.py`); bf16 main gradients;
   TE's context-parallel ring / gather buffers; megatron-core's fine-grained activation
   offloading and whole-layer CPU offloading (`--cpu-offloading-num-layers`, TE's
   `cpu_offload_v1.py`; `primus_ext/memory/offload.py`); TE's fused cross entropy

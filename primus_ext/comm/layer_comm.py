@@ -309,6 +309,8 @@ def fsdp_comms(spec: RunSpec, dense_params: float, expert_params: float,
     (16-bit for fp16 runs or ``grad_reduce_in_fp32=False``), hidden behind the layer's
     own compute of the phase where the device runs them on streams
     (``hardware.collective_streams``; on a CPU each blocks its rank: all exposed).
+    Without ``parallel.fsdp_reshard_after_forward`` (ZeRO-2, FSDP1 SHARD_GRAD_OP) the
+    parameters stay gathered from the forward to the backward: no backward all-gather.
     The backward's gather and reduce-scatter share its window in proportion to their
     times (both move over the same links while the backward runs: what they expose
     together is their sum less the window)."""
@@ -328,17 +330,19 @@ def fsdp_comms(spec: RunSpec, dense_params: float, expert_params: float,
         groups.append((axis, n, span, all_gather_s(hw, span, n * pb),
                        collective_s(hw, span, "reduce_scatter", n * gb)))
     # Each phase's window is shared by its collectives in proportion to their times.
+    regather = spec.parallel.fsdp_reshard_after_forward
     fwd_total = sum(ag for *_, ag, _ in groups)
-    bwd_total = sum(ag + rs for *_, ag, rs in groups)
+    bwd_total = sum((ag if regather else 0.0) + rs for *_, ag, rs in groups)
     for axis, n, span, ag, rs in groups:
         ax = "dp" if axis == "dp_cp" else "edp"
-        for name, coll, secs, nbytes, phase, win in (
-                ("fsdp_all_gather", "all_gather", ag, n * pb, "fwd",
-                 _share(fwd_window, ag, fwd_total)),
-                ("fsdp_all_gather_bwd", "all_gather", ag, n * pb, "bwd",
-                 _share(bwd_window, ag, bwd_total)),
-                ("fsdp_reduce_scatter", "reduce_scatter", rs, n * gb, "bwd",
-                 _share(bwd_window, rs, bwd_total))):
+        ops = [("fsdp_all_gather", "all_gather", ag, n * pb, "fwd",
+                _share(fwd_window, ag, fwd_total))]
+        if regather:
+            ops.append(("fsdp_all_gather_bwd", "all_gather", ag, n * pb, "bwd",
+                        _share(bwd_window, ag, bwd_total)))
+        ops.append(("fsdp_reduce_scatter", "reduce_scatter", rs, n * gb, "bwd",
+                    _share(bwd_window, rs, bwd_total)))
+        for name, coll, secs, nbytes, phase, win in ops:
             out.append((CommOp(name=f"{prefix}.{name}_{ax}", axis=ax, collective=coll,
                                num_bytes=int(nbytes), group_size=span.size, phase=phase,
                                seconds=secs, exposed_s=exposed_s(hw, secs, win)), "fsdp"))

@@ -22,7 +22,11 @@ Megatron-LM logs as ``mem-max-allocated-bytes``; ``ALLOCATED_TERMS``):
   Linear / LayerNormLinear / GroupedLinear backward and by megatron-core's
   ``LinearWithGradAccumulationAndAsyncCommunication.backward`` for the output layer and
   the local spec's linears when TE is installed): one weight-sized tensor per distinct
-  linear weight shape of the stage;
+  linear weight shape of the stage. TE hands autograd that dummy only for a weight
+  carrying megatron-core DDP's ``grad_added_to_main_grad`` attribute, else ``None``
+  (TE v1.8 ``module/linear.py`` lines 591-608; the same test in TE 2.18's):
+  NeMo 1's Apex DistributedFusedAdam (``train.optimizer_impl``) does not wrap the model
+  in megatron-core's DDP, so no dummy exists there;
 - ``global_memory_buffer``: megatron-core's ``GlobalMemoryBuffer`` ("mpu" tensors kept
   for reuse, one per dtype, sized to the largest request): the sequence-parallel
   all-gather of a column-parallel linear's input (the output layer's on the TE stack,
@@ -101,8 +105,10 @@ def dummy_wgrad_bytes(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
     """TE's cached dummy weight gradients on one rank of ``stage`` (module docstring):
     the linear weights of its chunks, one per distinct (module, size), in the
     parameter dtype. None without gradient accumulation fusion or off a GPU (no TE),
-    and none under FSDP (megatron-core's FSDP writes the GEMM into its own buffers)."""
-    if not train.gradient_accumulation_fusion or par.fsdp or not gpu:
+    none under FSDP (megatron-core's FSDP writes the GEMM into its own buffers) and none
+    without megatron-core's DDP (Apex's distributed Adam)."""
+    if not train.gradient_accumulation_fusion or par.fsdp or not gpu \
+            or train.optimizer_impl != "megatron":
         return 0
     seen: set[tuple[str, int]] = set()
     for chunk in range(par.vpp):

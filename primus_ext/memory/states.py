@@ -6,9 +6,11 @@
 - Distributed optimizer: parameters live in the buffer's ``param_data`` (padding
   included); fp32 master weights and the two Adam moments exist only for the real
   elements of this rank's shard of every bucket (dense buckets over dp x cp, expert
-  buckets over expert-dp). Without it (``Float16OptimizerWithFloat16Params``) every rank
-  keeps master weights and moments of all its parameters: 6 + 12 bytes per bf16 param
-  (Megatron-LM's theoretical_memory_usage.py: 18 vs 6 + 12/dp).
+  buckets over expert-dp). NeMo 1's Apex DistributedFusedAdam shards the same way with
+  its own bytes per element (``apex_adam.py``). Without the distributed optimizer
+  (``Float16OptimizerWithFloat16Params``) every rank keeps master weights and moments of
+  all its parameters: 6 + 12 bytes per bf16 param (Megatron-LM's
+  theoretical_memory_usage.py: 18 vs 6 + 12/dp).
 - FSDP (megatron FSDP / torch FSDP2): parameters, gradients and optimizer state sharded
   over the data-parallel group, plus the unsharded parameters and gradients of the
   modules being computed (two layers: the current one and the prefetched next).
@@ -18,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from primus_ext.memory.apex_adam import apex_adam_bytes_per_element
 from primus_ext.memory.grad_buffer import chunk_buffers
 from primus_ext.memory.muon import MUON_OPTIMIZERS, muon_optimizer_bytes, muon_shard
 from primus_ext.memory.options import MemoryOptions
@@ -43,7 +46,10 @@ class StageStates:
 
 def optimizer_bytes_per_element(train: TrainSpec) -> int:
     """fp32 master weights (mixed precision only) plus the optimizer's fp32 state; TE's
-    FusedAdam figures with the precision-aware optimizer (``te_states.py``)."""
+    FusedAdam figures with the precision-aware optimizer (``te_states.py``), Apex's with
+    NeMo 1's distributed Adam (``apex_adam.py``)."""
+    if train.optimizer_impl != "megatron":
+        return apex_adam_bytes_per_element(train)
     if train.use_precision_aware_optimizer and train.optimizer == "adam":
         return precision_aware_optimizer_bytes(train)
     if not train.master_weights:
@@ -142,8 +148,13 @@ def stage_states(model: ModelSpec, par: ParallelSpec, train: TrainSpec, stage: i
         dense = sp.num_params - sp.num_expert_params
         shard = -(-dense // dp) + -(-sp.num_expert_params // max(expert_dp, 1))
         working = 2 * _largest_layer_params(model, par)
+        # Without resharding after forward (ZeRO-2, FSDP1 SHARD_GRAD_OP) every layer's
+        # gathered parameters are held from its forward to its backward: at the
+        # backward's start the whole stage is unsharded.
+        gathered = working if par.fsdp_reshard_after_forward else max(sp.num_params,
+                                                                         working)
         return StageStates(num_params=sp.num_params, num_expert_params=sp.num_expert_params,
-                           param_bytes=(shard + working) * pbytes,
+                           param_bytes=(shard + gathered) * pbytes,
                            grad_bytes=(shard + working) * gbytes,
                            optimizer_bytes=shard * obytes, optimizer_elements=shard)
     buf_numel = 0

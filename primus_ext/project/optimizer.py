@@ -5,7 +5,9 @@ master weight, gradient, m and v (16 B), writes master, m and v (12 B) and the B
 copy (2 B): 30 B; without master weights (``train.master_weights``) 7 accesses in the
 parameters' dtype. The gradient-norm pass reads the local fp32 gradients (4 B) and zeroing
 the gradient buffer writes every parameter's fp32 gradient (4 B). SGD with momentum reads
-master, gradient, momentum and writes master, momentum and the copy: 22 B.
+master, gradient, momentum and writes master, momentum and the copy: 22 B. NeMo 1's Apex
+DistributedFusedAdam (``train.optimizer_impl``) moves its own state
+(``memory/apex_adam.py``): 26 B with fp32 state over bf16 parameters, 14 B with bf16 state.
 
 With the distributed optimizer (or FSDP) a rank updates ``1/dp_cp`` of its dense and
 ``1/expert_dp`` of its expert parameters; the gather of the updated parameters is
@@ -14,8 +16,10 @@ comm/step_comm.py's ``param_gather``. Multi-tensor apply keeps launches to a few
 from __future__ import annotations
 
 from primus_ext.comm.groups import group_span
+from primus_ext.memory.apex_adam import apex_adam_step_bytes
 from primus_ext.memory.muon import MUON_OPTIMIZERS, muon_shard
-from primus_ext.memory.states import is_local_spec
+from primus_ext.memory.options import MemoryOptions
+from primus_ext.memory.states import grad_bytes_per_element, is_local_spec
 from primus_ext.project.muon_step import muon_step
 from primus_ext.spec.run import RunSpec
 
@@ -72,6 +76,9 @@ def optimizer_step_s(spec: RunSpec, num_params_on_rank,
         # No master copy (train.master_weights): Adam reads parameter, gradient, m, v
         # and writes parameter, m, v, all in the parameters' dtype (SGD: 5 of them).
         per = (7 if spec.train.optimizer == "adam" else 5) * spec.train.param_bytes
+    if spec.train.optimizer_impl != "megatron":
+        per = apex_adam_step_bytes(spec.train, grad_bytes_per_element(
+            spec.train, MemoryOptions(), spec.parallel))
     nbytes = (per + GRAD_NORM_BYTES_PER_PARAM) * local
     # FSDP holds only its shard of the gradient buffer; DDP zeroes the full local buffer.
     nbytes += ZERO_GRAD_BYTES_PER_PARAM * (local if spec.parallel.fsdp else held)

@@ -252,8 +252,10 @@ def _parallel(r: _Row, model: ModelSpec, world: int, notes: list[str],
     elif sharding.startswith("fsdp") or "zero2" in sharding or "zero3" in sharding:
         kwargs["fsdp"] = True
         if "zero2" in sharding:
-            notes.append(f"fsdp_or_zero={sharding!r}: modelled as full FSDP (ParallelSpec "
-                         "has no ZeRO-2 mode)")
+            kwargs["fsdp_reshard_after_forward"] = False
+            notes.append(f"fsdp_or_zero={sharding!r}: fsdp_reshard_after_forward=False "
+                         "(parameters kept gathered from the forward to the backward: no "
+                         "backward all-gather)")
     elif sharding in ("", "none", "none(ddp)", "ddp") or sharding.startswith(
             ("zero1", "distributed-optimizer")):
         kwargs["use_distributed_optimizer"] = True

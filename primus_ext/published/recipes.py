@@ -31,6 +31,10 @@ Llama 3 paper, torchtitan and llm-foundry, which document their own stack, are i
     requires; Megatron-Bridge ``src/megatron/bridge/training/comm_overlap.py``; both leave
     ``overlap_param_gather_with_optimizer_step`` off, "disabled due to an issue with
     checkpointing");
+  - (NeMo 24.07, NeMo 1) step with Apex's DistributedFusedAdam, in the state dtype and
+    with the activation recompute of each model's launcher yaml at tag 24.07
+    (``published/nemo_launcher.py``: Nemotron-4 340B bf16 state and selective, core
+    attention only; the others fp32 state and none);
   - use no activation recompute for pre-training unless the recipe names modules: NeMo
     2.0 ``recommended_model_configs/model_configs_{h100,b200,gb200}.csv`` have
     ``recompute_layers = 0`` for every pre-training row; Megatron-Bridge Llama 3 / 3.1 and
@@ -117,6 +121,7 @@ from dataclasses import dataclass, field
 from primus_ext.presets import recipe_defaults
 from primus_ext.published import moe_sources, own_stack
 from primus_ext.published.bridge_moe import bridge_moe
+from primus_ext.published.nemo_launcher import nemo_launcher_2407
 from primus_ext.published.perf_matrix import (BRIDGE_0_1, perf_matrix_cuda_graphs,
                                               perf_matrix_memory)
 
@@ -237,6 +242,8 @@ def _nvidia_perf(f: RowFacts, rec: Recipe) -> None:
                 f"{src}: TP communication overlap on whenever TP > 1")
     rec.set("parallel", "grad_reduce_in_fp32", False,
             f"{src}: gradients reduced in BF16")
+    if f.source.startswith("NeMo-perf-summary-24.07"):
+        nemo_launcher_2407(f, rec)  # published/nemo_launcher.py: the NeMo 1 recipes
     if f.source.startswith("NeMo-perf-summary") and f.precision == "fp8":
         rec.set("train", "fp8_recipe", "delayed", f"{src}: NeMo 24.07 runs Transformer "
                 "Engine 1.x, whose only FP8 recipe is DelayedScaling (Float8Current"
@@ -254,7 +261,7 @@ def _nvidia_perf(f: RowFacts, rec: Recipe) -> None:
             perf_matrix_memory(f, rec)  # the recipe's own memory saving, when listed
             perf_matrix_cuda_graphs(f, rec)
     dsv3 = f.model_preset == "deepseek_v3"
-    if not f.recompute_stated and not rec.recompute_from_source:
+    if not f.recompute_stated and not rec.recompute_from_source and not rec.sets_recompute:
         rec.sets_recompute = True
         if dsv3 and f.source.startswith("MegatronBridge"):
             mods = ("mla_up_proj", "mlp") if f.gpu.upper() == "H100" else ("mla_up_proj",)

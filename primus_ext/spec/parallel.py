@@ -54,6 +54,12 @@ class ParallelSpec:
     # PyTorch FSDP2 (--use-torch-fsdp2), each within Megatron-LM's own rules
     # (spec/legal_megatron.py).
     fsdp_impl: str = "megatron_fsdp"
+    # Under fsdp=True: True (ZeRO-3, FSDP1 FULL_SHARD) frees each layer's gathered
+    # parameters after its forward and gathers them again in backward; False (ZeRO-2,
+    # FSDP1 SHARD_GRAD_OP, FSDP2 reshard_after_forward=False) keeps them gathered from the
+    # forward to the layer's backward: no backward all-gather, every layer's unsharded
+    # parameters held at the backward's start.
+    fsdp_reshard_after_forward: bool = True
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
@@ -222,6 +228,9 @@ class ParallelSpec:
             raise ValueError("parallel.schedule='interleaved' requires vpp > 1 (vpp=1)")
         if self.schedule == "1f1b" and self.vpp > 1:
             raise ValueError(f"parallel.schedule='1f1b' requires vpp=1 (vpp={self.vpp})")
+        if not self.fsdp_reshard_after_forward and not self.fsdp:
+            raise ValueError("parallel.fsdp_reshard_after_forward=False requires "
+                             "fsdp=True (it says when FSDP frees gathered parameters)")
         if self.fsdp and self.use_distributed_optimizer:
             # FSDP shards parameters, gradients and optimizer state itself.
             object.__setattr__(self, "use_distributed_optimizer", False)

@@ -172,6 +172,12 @@ def check_run(model: ModelSpec, par: ParallelSpec, train: TrainSpec,
             raise ValueError(
                 f"train.recompute_num_layers={train.recompute_num_layers} exceeds the "
                 f"{per_chunk} layers of a pipeline chunk (recompute_method='uniform')")
+    if train.optimizer_impl != "megatron" and (not par.use_distributed_optimizer
+                                               or par.fsdp):
+        # Apex DistributedFusedAdam always shards its state over the data-parallel group.
+        raise ValueError(f"train.optimizer_impl={train.optimizer_impl!r} shards the "
+                         "optimizer over data parallelism: it needs "
+                         "parallel.use_distributed_optimizer=true and parallel.fsdp=false")
     if train.cpu_offloading_num_layers >= model.num_layers:
         # megatron-core TransformerConfig.__post_init__: "CPU offloading can be done only
         # for layers less than num_layers".

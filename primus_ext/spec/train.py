@@ -13,6 +13,10 @@ RECOMPUTE_METHODS = (None, "uniform", "block")
 ATTENTION_BACKENDS = ("flash", "unfused")
 # muon / dist_muon: Megatron-LM core_v0.16.1's Muon (memory/muon.py).
 OPTIMIZERS = ("adam", "sgd", "muon", "dist_muon")
+# Who holds Adam's state (memory/apex_adam.py): megatron-core's optimizer, or NeMo 1's
+# ``optim.name: distributed_fused_adam`` (Apex DistributedFusedAdam).
+APEX_DFA = "apex_distributed_fused_adam"
+OPTIMIZER_IMPLS = ("megatron", APEX_DFA)
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
 FLASH_IMPLS = ("native", "fa2", "fa1")
 CROSS_ENTROPY_IMPLS = ("native", "te")
@@ -107,6 +111,13 @@ class TrainSpec:
     # AutoModel's from_config casts to torch_dtype 'auto' = bfloat16). Megatron-LM has
     # no such mode (its --bf16 always keeps fp32 main parameters).
     master_weights: bool = True
+    # 'megatron': megatron-core's DistributedOptimizer / Float16OptimizerWithFloat16Params.
+    # 'apex_distributed_fused_adam': NeMo 1's ``optim.name: distributed_fused_adam`` (NeMo's
+    # MegatronDistributedFusedAdam over Apex's DistributedFusedAdam, ZeRO-1 over the
+    # data-parallel group), whose single state dtype (``optim.dtype``, default fp32) is
+    # exp_avg_dtype = exp_avg_sq_dtype; NeMo derives the master copy from it
+    # (memory/apex_adam.py). Megatron-LM has no flag for it.
+    optimizer_impl: str = "megatron"
     # --fine-grained-activation-offloading --offload-modules: the modules whose saved
     # inputs go to host memory after the forward (megatron-core TransformerConfig
     # offload_modules); empty = no offloading.
@@ -212,7 +223,10 @@ class TrainSpec:
         one_of(_OWNER, "exp_avg_sq_dtype", self.exp_avg_sq_dtype, EXP_AVG_DTYPES)
         one_of(_OWNER, "moe_router_dtype", self.moe_router_dtype, (None, "fp32"))
         one_of(_OWNER, "moe_routing_data", self.moe_routing_data, ("real", "mock"))
-        if not self.use_precision_aware_optimizer and (
+        one_of(_OWNER, "optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
+        if self.optimizer_impl == APEX_DFA:
+            self._check_apex_adam()
+        elif not self.use_precision_aware_optimizer and (
                 self.main_grads_dtype, self.exp_avg_dtype, self.exp_avg_sq_dtype) != (
                 "fp32", "fp32", "fp32"):
             raise ValueError(
@@ -283,6 +297,20 @@ class TrainSpec:
             raise ValueError(
                 f"train.recompute_method={self.recompute_method!r} requires "
                 f"recompute_granularity='full' (it is {self.recompute_granularity!r})")
+
+    def _check_apex_adam(self) -> None:
+        if self.optimizer != "adam" or self.use_precision_aware_optimizer \
+                or not self.master_weights or self.main_grads_dtype != "fp32":
+            raise ValueError(
+                f"train.optimizer_impl={APEX_DFA!r} is Adam with its own state dtype: it "
+                "needs train.optimizer='adam', use_precision_aware_optimizer=false, "
+                "master_weights=true and main_grads_dtype='fp32' (gradients take "
+                "parallel.grad_reduce_in_fp32, Apex's grad_sync_dtype)")
+        if self.exp_avg_dtype != self.exp_avg_sq_dtype or self.exp_avg_dtype == "fp8":
+            raise ValueError(
+                f"train.exp_avg_dtype={self.exp_avg_dtype!r} / exp_avg_sq_dtype="
+                f"{self.exp_avg_sq_dtype!r}: with optimizer_impl={APEX_DFA!r} both are "
+                "Apex's one state dtype (NeMo optim.dtype): equal, and fp32, bf16 or fp16")
 
     @property
     def param_bytes(self) -> int:

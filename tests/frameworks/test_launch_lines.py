@@ -329,3 +329,22 @@ def test_captured_gh200_and_snellius_lines_are_ones_megatron_lm_accepts():
     for name, verdict in VERDICTS["scripts"].items():
         assert verdict["ok"] and (DATA / f"{name}.json").exists()
         assert _script(name).spec
+
+
+def test_torch_fsdp2_without_reshard_after_forward_is_zero2():
+    # Megatron-LM core_v0.16.1 arguments.py --torch-fsdp2-no-reshard-after-forward
+    # (store_false, dest torch_fsdp2_reshard_after_forward), read by training.py into
+    # TorchFullyShardedDataParallelConfig(reshard_after_forward=...) under
+    # --use-torch-fsdp2 only.
+    fsdp2 = ("--use-torch-fsdp2", "--no-gradient-accumulation-fusion", "--ckpt-format",
+             "torch_dist", "--untie-embeddings-and-output-weights")
+    z2 = _parse(*fsdp2, "--torch-fsdp2-no-reshard-after-forward")
+    assert z2.spec.parallel.fsdp and not z2.spec.parallel.fsdp_reshard_after_forward
+    assert "--torch-fsdp2-no-reshard-after-forward" in megatron_argv(z2.spec)
+    assert "--torch-fsdp2-no-reshard-after-forward" not in "; ".join(z2.no_effect)
+    z3 = _parse(*fsdp2)
+    assert z3.spec.parallel.fsdp_reshard_after_forward
+    assert "--torch-fsdp2-no-reshard-after-forward" not in megatron_argv(z3.spec)
+    alone = _parse("--torch-fsdp2-no-reshard-after-forward")
+    assert alone.spec.parallel.fsdp_reshard_after_forward
+    assert any("--torch-fsdp2-no-reshard-after-forward" in n for n in alone.notes)

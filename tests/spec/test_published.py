@@ -331,3 +331,13 @@ def test_without_mtp_rows_drop_the_mtp_layers(rows):
     run = parse_row(_row(rows, "P043", model="DeepSeek-V3 (w/o MTP)"))
     assert run.spec is not None and run.spec.model.mtp_num_layers == 0
     assert any("mtp_num_layers=0" in n for n in run.notes)
+
+
+def test_shard_grad_op_rows_keep_parameters_gathered(runs):
+    """llm-foundry's 1B / 3B large-scale rows ran FSDP SHARD_GRAD_OP (the README table's
+    Sharding Strategy column; sweep.py --fsdp_config_shard_strategy): ZeRO-2, parameters
+    kept gathered from the forward to the backward; FULL_SHARD rows reshard."""
+    by = _by_id(runs)
+    for rid, reshard in (("P080", False), ("P081", False), ("P079", True)):
+        par = by[rid].spec.parallel
+        assert par.fsdp and par.fsdp_reshard_after_forward is reshard, rid

@@ -95,6 +95,10 @@ def _parallel(ns, n: Notes) -> ParallelSpec:
         n.not_modelled.append(f"--data-parallel-sharding-strategy "
                               f"{ns.data_parallel_sharding_strategy} (modelled as "
                               "optim_grads_params, full sharding)")
+    if ns.torch_fsdp2_no_reshard_after_forward and not ns.use_torch_fsdp2:
+        n.notes.append("--torch-fsdp2-no-reshard-after-forward: no effect without "
+                       "--use-torch-fsdp2 (Megatron-LM core_v0.16.1 training.py reads it "
+                       "for torch FSDP2 only)")
     if ns.delay_wgrad_compute and not ns.overlap_moe_expert_parallel_comm:
         raise ValueError("--delay-wgrad-compute needs --overlap-moe-expert-parallel-comm "
                          "(megatron-core: 'overlap_moe_expert_parallel_comm must be "
@@ -112,6 +116,8 @@ def _parallel(ns, n: Notes) -> ParallelSpec:
         ep=ns.expert_model_parallel_size, etp=etp, sequence_parallel=sp,
         use_distributed_optimizer=ns.use_distributed_optimizer and not fsdp, fsdp=fsdp,
         fsdp_impl="torch_fsdp2" if ns.use_torch_fsdp2 else "megatron_fsdp",
+        fsdp_reshard_after_forward=not (ns.use_torch_fsdp2
+                                        and ns.torch_fsdp2_no_reshard_after_forward),
         num_distributed_optimizer_instances=ns.num_distributed_optimizer_instances,
         overlap_grad_reduce=ns.overlap_grad_reduce,
         overlap_param_gather=ns.overlap_param_gather, tp_comm_overlap=tp_overlap,

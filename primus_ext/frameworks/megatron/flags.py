@@ -172,6 +172,7 @@ def parallel_args(spec: RunSpec) -> list:
     legal = args_of_spec(spec.model, p, spec.train)
     if legal["use_torch_fsdp2"]:
         a.append("--use-torch-fsdp2")  # needs --no-gradient-accumulation-fusion (below)
+        a.switch("--torch-fsdp2-no-reshard-after-forward", not p.fsdp_reshard_after_forward)
     if legal["use_megatron_fsdp"]:
         a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
               "optim_grads_params", "--ckpt-format", legal["ckpt_format"]]
@@ -310,6 +311,12 @@ def torchrun_script(spec: RunSpec, title: str = "") -> str:
         lines.insert(3, "# Schedule: zero-bubble (ZB-H1) as projected; upstream Megatron-LM "
                         "has no flag for it (Primus: --enable-zero-bubble), so this line "
                         "runs 1F1B.")
+    if spec.train.optimizer_impl != "megatron":
+        lines.insert(3, f"# Projected with NeMo 1's Apex DistributedFusedAdam (train."
+                        f"optimizer_impl={spec.train.optimizer_impl}); Megatron-LM has no "
+                        "flag for it, so this line runs megatron-core's distributed "
+                        "optimizer (fp32 master weights and moments: more optimizer "
+                        "memory).")
     if not spec.train.master_weights:
         lines.insert(3, "# Projected without fp32 master weights (train.master_weights="
                         "false); Megatron-LM has no flag for it, so this line keeps them "
@@ -318,6 +325,11 @@ def torchrun_script(spec: RunSpec, title: str = "") -> str:
         lines.insert(3, "# Projected with torch's cross-entropy on the bf16 logits (train."
                         "loss_impl=torch); Megatron-LM computes its vocab-parallel loss "
                         "(fp32 unless --cross-entropy-loss-fusion).")
+    if (spec.parallel.fsdp and not spec.parallel.fsdp_reshard_after_forward
+            and spec.parallel.fsdp_impl != "torch_fsdp2"):
+        lines.insert(3, "# Projected without resharding after forward (parallel.fsdp_"
+                        "reshard_after_forward=false, ZeRO-2); Megatron-FSDP has no such "
+                        "mode, so this line gathers the parameters again in backward.")
     if spec.parallel.tp_comm_overlap or spec.parallel.fsdp:
         lines.insert(3, "# Needs Transformer Engine (tp-comm-overlap) / FSDP support "
                         "in the Megatron-LM build.")

@@ -210,9 +210,8 @@ _NOT_MODELLED = {
         "--use-sharp --sharp-enabled-group --nccl-communicator-config-path "
         "--disable-symmetric-registration --create-all-gather-group "
         "--high-priority-stream-groups --use-tp-pp-dp-mapping --tp-comm-overlap-cfg"),
-    "FSDP variants (HSDP's outer sharding, no reshard after forward)": (
-        "--enable-full-sharding-in-hsdp --outer-dp-sharding-strategy "
-        "--torch-fsdp2-no-reshard-after-forward"),
+    "FSDP variants (HSDP's outer sharding)": (
+        "--enable-full-sharding-in-hsdp --outer-dp-sharding-strategy"),
     "optimizer offloading to the host (memory and host copies)": (
         "--optimizer-cpu-offload --optimizer-offload-fraction --overlap-cpu-optimizer-d2h-h2d "
         "--use-torch-optimizer-for-cpu-offload --no-pin-cpu-grads --no-pin-cpu-params"),

@@ -168,6 +168,10 @@ PARALLEL = (
     _f("--sequence-parallel", "parallel.sequence_parallel", False),
     _f("--use-distributed-optimizer", "parallel.use_distributed_optimizer", False),
     _f("--use-torch-fsdp2", "parallel.fsdp", False),
+    # core_v0.16.1 training.py: reshard_after_forward of TorchFullyShardedDataParallelConfig
+    # (read under --use-torch-fsdp2 only): ZeRO-2.
+    _f("--torch-fsdp2-no-reshard-after-forward", "parallel.fsdp_reshard_after_forward",
+       False),
     _f("--use-megatron-fsdp", "parallel.fsdp", False),
     _f("--data-parallel-sharding-strategy", "parallel.fsdp", "no_shard", str,
        choices=("no_shard", "optim", "optim_grads", "optim_grads_params")),
