@@ -281,7 +281,7 @@ def output_comms(spec: RunSpec, sh: Shapes, ops: dict[str, OpCost]) -> list[Tagg
                          "bwd", o.wgrad_s, "output"))
     # Per loss chunk (train.loss_chunks; torchtitan's ChunkedLossWrapper): each of the 3
     # all-reduces covers the chunk's tokens.
-    k = spec.train.loss_chunks
+    k = spec.train.loss_chunks or 1
     out.append(_comm(spec, "output.ce_tp_all_reduce", "tp", "all_reduce",
                      sh.tokens * 4.0 / k, "fwd", None, "output", times=3 * k))
     return out

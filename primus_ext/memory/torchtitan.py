@@ -156,8 +156,8 @@ def _chunk_activations(spec: RunSpec, stage: int, chunk: int, layers: int,
         saved += sum(embedding_items(par, train).values())
     if last:
         saved += sum(output_items(model, par, train).values())
-        working = max(working, loss_working_bytes(model, par, train,
-                                                  options.torchtitan_loss_chunks))
+        chunks = train.loss_chunks or options.torchtitan_loss_chunks
+        working = max(working, loss_working_bytes(model, par, train, chunks))
     return saved, working
 
 

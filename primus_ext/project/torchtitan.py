@@ -171,7 +171,7 @@ def simulated_view(spec: RunSpec) -> RunSpec:
     train = replace(t, activation_checkpoint="none", compile=False,
                     fused_elementwise=t.compile, cross_entropy_loss_fusion=t.compile,
                     attention_backend="flash", flash_attn_impl="fa2",
-                    loss_chunks=LOSS_CHUNKS, **rec)
+                    loss_chunks=t.loss_chunks or LOSS_CHUNKS, **rec)
     cluster = spec.cluster
     if p.dp_replicate > 1 and _replica_cluster(spec) is not None:
         # HSDP: each replica is an FSDP2 job on its own ranks (same per-rank work, same

@@ -55,6 +55,10 @@ def torchtitan(f: RowFacts, rec: Recipe) -> None:
         rec.set("train", "fused_elementwise", False,
                 f"{src}: eager (no torch.compile): composite RMSNorm, complex RoPE, "
                 "SwiGLU as separate kernels")
+    if "9dec370" in f.source_detail or f.source == "torchtitan-benchmarks-2024-12":
+        rec.set("train", "loss_chunks", 1, f"{src}@9dec370 train.py: loss_fn = "
+                "cross_entropy(pred.flatten(0, 1).float(), labels) on the whole sequence's "
+                "logits (the chunked loss came later)")
     if f.cp > 1:
         rec.set("parallel", "cp_comm_type", "allgather",
                 f"{src}: context_parallel_rotate_method default 'allgather'")

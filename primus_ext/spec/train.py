@@ -73,11 +73,14 @@ class TrainSpec:
     # upcast: NeMo AutoModel's MaskedCrossEntropy(fp32_upcast=False)). Megatron-LM has no
     # flag for 'torch'.
     loss_impl: str = "megatron"
-    # Sequence chunks the output layer and loss run in, one after the other: 1 in
-    # megatron-core; torchtitan's ChunkedLossWrapper (torchtitan/components/loss.py,
-    # Config.num_chunks = 8) runs lm_head + cross-entropy per chunk, so its vocab-parallel
-    # loss issues its small all-reduces once per chunk (project/torchtitan.py sets it).
-    loss_chunks: int = 1
+    # Sequence chunks the output layer and loss run in, one after the other: None = the
+    # framework's own: 1 in megatron-core; torchtitan 0.3.0's ChunkedLossWrapper
+    # (torchtitan/components/loss.py, Config.num_chunks = 8) runs lm_head + cross-entropy
+    # per chunk, so its vocab-parallel loss issues its small all-reduces once per chunk
+    # and holds one chunk's logits at a time (project/torchtitan.py, memory/torchtitan.py);
+    # 1 under torchtitan = the whole sequence's logits at once (torchtitan before the
+    # chunked loss, e.g. the Dec. 2024 benchmarks).
+    loss_chunks: int | None = None
     # Microbatches of one pipeline schedule run (warm-up, steady state, cool-down): None =
     # every microbatch of the step in one schedule (megatron-core's
     # forward_backward_func); torch.distributed.pipelining runs ``schedule.step`` once per
@@ -198,8 +201,10 @@ class TrainSpec:
 
     def __post_init__(self) -> None:
         check_types(self, _OWNER)
-        for f in ("seq_length", "micro_batch_size", "global_batch_size", "loss_chunks"):
+        for f in ("seq_length", "micro_batch_size", "global_batch_size"):
             positive(_OWNER, f, getattr(self, f))
+        if self.loss_chunks is not None:
+            positive(_OWNER, "loss_chunks", self.loss_chunks)
         if self.microbatches_per_schedule is not None:
             positive(_OWNER, "microbatches_per_schedule", self.microbatches_per_schedule)
         one_of(_OWNER, "precision", self.precision, PRECISIONS)
