@@ -85,7 +85,7 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   step runs the same kernel shapes at any CP degree). This hardware appears in this
   source only, so its priors-only and held-out figures are the same. The NVIDIA Mixtral
   8x22B rows at 64k tokens and CP 8 (Transformer Engine's p2p ring) are also projected
-  fast (+12 and +15 % calibrated) while the seven CP 2 rows at 8k tokens land within
+  fast (+14 and +19 % calibrated) while the seven CP 2 rows at 8k tokens land within
   7 %: in both frameworks the fast projections follow long sequences at CP 4-8.
 - **llm-foundry MPT (2023 stack)**: the 8-GPU tables (llm-foundry b2a43a147, Oct 2023)
   ran ``submit_benchmarks.py``'s default ``attn_impl: triton`` (its ``sweep.sh`` sets
@@ -95,19 +95,25 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   checkpointing there is torch's non-reentrant checkpoint, which stops recomputing at
   the block's last saved tensor (the MLP's second GEMM is not re-run), as in torchtitan.
   Those 8-GPU rows now land within 9 %. The >=128-GPU table (5e85bd62d, Jan 2024) is
-  projected fast on every row, +1 to +8 % with checkpointing and +16 to +22 % without
-  (MPT-1B/3B/7B at 512 GPUs), and that README's own figures lose 5-10 % of throughput per
-  GPU from 128 to 512 GPUs where the model's FSDP collectives stay hidden: a scale
-  effect not modelled.
+  projected fast on every row, +4 to +8 % with checkpointing and +10 to +15 % without
+  (MPT-1B/3B/7B at 512 GPUs; the 1B and 3B runs as their SHARD_GRAD_OP states,
+  ``parallel.fsdp_reshard_after_forward=false``, and every cross-node all-gather /
+  reduce-scatter as NCCL 2.18-2.21 runs it, one flat ring over all ranks in its fastest
+  protocol). That README's own 128- and 256-GPU figures put the error at about +5, +8
+  and +15 % at 128, 256 and 512 GPUs, about 1.5-3.5 us per rank and FSDP collective,
+  where the model's collectives stay hidden behind the layers' compute: a scale effect
+  not modelled.
 - **Megatron-LM README weak-scaling rows (core_r0.8.0)**: measured tokens/s are recovered
   with that release's FLOP formula (attention not halved for the causal mask), and the
   interleaved schedule follows from the PP communication overlap they state; the micro
   batch (1) and the number of virtual stages (the smallest the layers divide into) are
   not published. The 32B row (TP8, 48-way DP, 4 microbatches) is still projected about
-  23 % slow: its modelled compute alone (0.88 s) equals the measured step (0.89 s), so
-  no timing of its data-parallel reduce-scatter and all-gather (0.31 s at line rate over
-  one NIC per GPU, with the last backward and the first forward to hide behind) can
-  reach it; its micro batch is not published.
+  27 % slow: its modelled compute alone (0.88 s) equals the measured step (0.89 s), so
+  no timing of its data-parallel reduce-scatter and all-gather (7.9 GB each at line rate
+  over one NIC per GPU, with the last backward and the first forward to hide behind, as
+  core_r0.8.0 launches them: distributed_data_parallel ``no_sync`` until the last
+  microbatch, bucket 0 gathered from ``zero_grad`` and the rest one ahead from the
+  forward pre-hooks) can reach it; its micro batch is not published.
 - **MI355X**: one row (Mixtral 8x22B); its recompute follows the Primus example config it
   reproduces (none); the GPU's GEMM prior decides it.
 - **Fine-grained MoE** (47 rows: Qwen3-30B-A3B / 235B-A22B, DeepSeek-V2 / V2-Lite / V3,
@@ -123,20 +129,20 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   rates) and once per destination node (NIC) with no permute (HybridEP) or one permute
   (DeepEP), and a learned router on text skews the experts' loads (one per-expert CV
   from the ModelZoo's forced / dropless pairs). Rows still off: the AMD DeepSeek-V2
-  MI355X bars (+48 to +61 %: PP over 4 nodes at one 4096-token micro batch, a stack the
+  MI355X bars (+25 to +39 %: PP over 4 nodes at one 4096-token micro batch, a stack the
   blog says is launch- and sync-bound; the DeepSeek-V2-Lite bars of the same blog land
-  within 11 %); the ModelZoo Megatron-FSDP row (-45 %: FSDP's per-micro-batch expert
+  within 16 %); the ModelZoo Megatron-FSDP row (-39 %: FSDP's per-micro-batch expert
   gathers and fp32 reduce-scatters across 32 nodes are charged in full); GPT-OSS under
   Megatron-Bridge (+7 to +28 % fast with the committed calibration, after the experts'
   fc2 bias added per expert in eager PyTorch, megatron-core TEGroupedMLP._apply_bias:
   GB200's BF16 GEMM efficiency sits at its prior 0.70 while B200's, the same die, is
-  fitted to 0.59, so GB200 is projected 1.33x B200 where the two GPT-OSS BF16 rows
+  fitted to 0.57, so GB200 is projected 1.37x B200 where the two GPT-OSS BF16 rows
   measure 1.15x);
   NeMo AutoModel (its loss is torch's cross-entropy on the bf16 logits,
   ``train.loss_impl=torch``; Qwen3-30B-A3B -10 % and GPT-OSS-20B -17 %, while DeepSeek-V3 on
   1024 GPUs is +16 %, whose benchmark config of the table's time gives 4 layers per
   virtual stage where the table prints VP 8; DeepSeek-V3 on 256 and Kimi K2 within 3 %);
-  Qwen3-30B-A3B FP8 on H100 at one 4096-token micro batch (+15 / +22 % after Transformer
+  Qwen3-30B-A3B FP8 on H100 at one 4096-token micro batch (+11 / +20 % after Transformer
   Engine's per-expert quantisation kernels; their forward is host-bound, and the two
   clocks are composed per phase, so the host's lead from the attention and dispatch
   survives the dispatcher's synchronisation, where on the GPU it does not). HybridEP
