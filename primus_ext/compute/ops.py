@@ -134,10 +134,10 @@ def linear(sh: Shapes, name: str, module: str, tokens: float, d_in: int, d_out: 
     t_w = gemm_time_s(hw, d_in, d_out, tokens,
                       out_bytes=WGRAD_OUT_BYTES if fused_acc else sh.act_bytes,
                       source_bytes=WGRAD_SOURCE_BYTES if fused_acc else 0.0, **kw)
-    w_elems = d_in * d_out * groups
-    if not fused_acc:  # main_grad.add_(grad): read both, write main_grad
-        t_w += (w_elems * (sh.act_bytes + 2 * WGRAD_OUT_BYTES) / sh.bw
-                + groups * sh.overhead)
+    # Unfused accumulation, main_grad.add_(grad): read both, write main_grad.
+    acc_bytes = 0.0 if fused_acc else d_in * d_out * groups * (sh.act_bytes
+                                                                + 2 * WGRAD_OUT_BYTES)
+    t_w += acc_bytes / sh.bw + (0 if fused_acc else groups * sh.overhead)
     flops = 2.0 * tokens * d_in * d_out * groups
     in_b = 1 if dtype == "fp8" else (4 if dtype == "fp32" else 2)
     b_f = (tokens * d_in + tokens * d_out) * groups * in_b + d_in * d_out * groups * in_b
@@ -146,7 +146,7 @@ def linear(sh: Shapes, name: str, module: str, tokens: float, d_in: int, d_out: 
     k_f, k_b = (1, 2) if one_kernel else (groups, 2 * groups)
     if not fused_acc:
         k_b += groups
-        b_b += w_elems * (sh.act_bytes + 2 * WGRAD_OUT_BYTES)
+        b_b += acc_bytes
     if dtype == "fp8":
         per = fp8_cast(sh.train.fp8_recipe)[0]
         kernels = grouped_cast_kernels(sh.train.fp8_recipe, groups, one_kernel)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from primus_ext.comm.groups import group_span
 from primus_ext.memory.apex_adam import apex_adam_step_bytes
 from primus_ext.memory.muon import MUON_OPTIMIZERS, muon_shard
-from primus_ext.memory.options import MemoryOptions
+from primus_ext.memory.options import DEFAULT_OPTIONS
 from primus_ext.memory.states import grad_bytes_per_element, is_local_spec
 from primus_ext.project.muon_step import muon_step
 from primus_ext.spec.run import RunSpec
@@ -78,7 +78,7 @@ def optimizer_step_s(spec: RunSpec, num_params_on_rank,
         per = (7 if spec.train.optimizer == "adam" else 5) * spec.train.param_bytes
     if spec.train.optimizer_impl != "megatron":
         per = apex_adam_step_bytes(spec.train, grad_bytes_per_element(
-            spec.train, MemoryOptions(), spec.parallel))
+            spec.train, DEFAULT_OPTIONS, spec.parallel))
     nbytes = (per + GRAD_NORM_BYTES_PER_PARAM) * local
     # FSDP holds only its shard of the gradient buffer; DDP zeroes the full local buffer.
     nbytes += ZERO_GRAD_BYTES_PER_PARAM * (local if spec.parallel.fsdp else held)
