@@ -11,6 +11,7 @@ A layer phase (forward, or backward with its recompute) costs the host
            + kernels * launch_s                  the op model's kernel count (compute/ops.py)
            + te_calls * te_module_host_s         Transformer Engine's module Python over
                                                  the local module it replaces
+           + expert_gemms * te_grouped_gemm_host_s  per expert GEMM of a TE GroupedLinear
            + collectives * collective_host_s     c10d / NCCL enqueue per call
            + syncs * sync_s                      host-device synchronisations
 
@@ -65,28 +66,32 @@ class HostWork:
     te_calls: float = 0.0
     collectives: float = 0.0
     syncs: float = 0.0
+    expert_gemms: float = 0.0
 
     def __add__(self, other: "HostWork") -> "HostWork":
         return HostWork(self.python_s + other.python_s, self.kernels + other.kernels,
                         self.te_calls + other.te_calls,
-                        self.collectives + other.collectives, self.syncs + other.syncs)
+                        self.collectives + other.collectives, self.syncs + other.syncs,
+                        self.expert_gemms + other.expert_gemms)
 
     def minus(self, other: "HostWork") -> "HostWork":
         """What is left when ``other`` is taken out (never below zero)."""
         return HostWork(max(self.python_s - other.python_s, 0.0),
                         max(self.kernels - other.kernels, 0.0),
                         max(self.te_calls - other.te_calls, 0.0),
-                        max(self.collectives - other.collectives, 0.0), self.syncs)
+                        max(self.collectives - other.collectives, 0.0), self.syncs,
+                        max(self.expert_gemms - other.expert_gemms, 0.0))
 
     def scaled(self, k: float) -> "HostWork":
         return HostWork(self.python_s * k, self.kernels * k, self.te_calls * k,
-                        self.collectives * k, self.syncs * k)
+                        self.collectives * k, self.syncs * k, self.expert_gemms * k)
 
     def seconds(self, hw: HardwareSpec, te: bool) -> float:
         if not hw.host_clock:
             return 0.0
         return (self.python_s / hw.host_speed + self.kernels * hw.launch_s
-                + (self.te_calls * hw.te_module_host_s if te else 0.0)
+                + (self.te_calls * hw.te_module_host_s
+                   + self.expert_gemms * hw.te_grouped_gemm_host_s if te else 0.0)
                 + self.collectives * hw.collective_host_s + self.syncs * hw.sync_s)
 
 
@@ -236,8 +241,20 @@ def layer_parts(spec, moe: bool) -> dict[str, tuple[HostWork, HostWork]]:
     for term in p.moe_router_terms:
         f, b = ROUTER_TERM_KERNELS[term][1 if p.moe_router_fusion else 0]
         kf, kb = kf + f, kb + b
-    return {"attn": attn, "mlp": (HostWork(mf, kf, te, 0, dispatch_syncs(spec)),
-                                  HostWork(mb, kb, te_calls=te))}
+    g = expert_gemms(spec, local)
+    return {"attn": attn, "mlp": (HostWork(mf, kf, te, 0, dispatch_syncs(spec), g),
+                                  HostWork(mb, kb, te_calls=te, expert_gemms=2 * g))}
+
+
+def expert_gemms(spec, local: int) -> float:
+    """Expert GEMMs the two ``TEGroupedLinear`` calls of a forward loop over (fc1 and fc2,
+    one per local expert; the backward twice as many: dgrad and wgrad). TE's fused
+    grouped MLP (``parallel.moe_fused_grouped_mlp``) runs each as one kernel over all
+    experts, and without a grouped GEMM each expert is a module of its own (te_calls)."""
+    p = spec.parallel
+    if not p.moe_grouped_gemm or p.moe_fused_grouped_mlp:
+        return 0.0
+    return 2.0 * local
 
 
 # Kernels each optional router term adds to one MoE layer, (forward, backward), unfused

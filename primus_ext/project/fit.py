@@ -50,11 +50,14 @@ FITTED = {
 # 5.1: 2.4 us device-side, 4-6 us host submission: the raw launch, Python apart); the
 # others from nothing to
 # several times the largest per-call figure published (TE issue 2053: a TE Linear
-# forward's host time 13.5 us torch vs about 36 us TE on a DGX H100).
+# forward's host time 13.5 us torch vs about 36 us TE on a DGX H100); a GroupedLinear's
+# per-GEMM host time up to 20 us: the per-GEMM ops TE issue 1499 names (a torch.split
+# view and two torch.empty) and the cuBLAS call, a few us each (AP 5.1).
 HOST_FITTED = {
     "host_speed": (("host_speed",), 0.1, 10.0),
     "launch": (("launch_s",), 2e-6, 8e-6),
     "te_host": (("te_module_host_s",), 1e-6, 5e-4),
+    "te_grouped": (("te_grouped_gemm_host_s",), 1e-6, 2e-5),
     "collective_host": (("collective_host_s",), 1e-6, 5e-4),
     "sync": (("sync_s",), 1e-6, 2e-4),
     "step_host": (("step_host_s",), 1e-4, 0.2),

@@ -196,8 +196,8 @@ def _assemble(kind: str, ops: list[OpCost], comms: list[Tagged], recompute: set[
         share = 1.0 if recompute is ALL and early_stop_dropout is None else (
             sum(o.fwd_kernels for o in rec) / k_f if k_f else 0.0)
         again = sum(c.calls for c in out if c.name.endswith(".recompute"))
-        bwd = bwd + HostWork(fwd.python_s, fwd.kernels, fwd.te_calls, 0.0,
-                             fwd.syncs).scaled(share) + HostWork(collectives=again)
+        bwd = bwd + HostWork(fwd.python_s, fwd.kernels, fwd.te_calls, 0.0, fwd.syncs,
+                             fwd.expert_gemms).scaled(share) + HostWork(collectives=again)
         fwd = fwd + HostWork(collectives=sum(c.calls for c, _ in fsdp if c.phase == "fwd"))
         bwd = bwd + HostWork(collectives=sum(c.calls for c, _ in fsdp if c.phase == "bwd"))
         te = uses_te(spec)

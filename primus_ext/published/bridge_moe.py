@@ -37,12 +37,16 @@ selective recompute (``_set_recompute_overrides``); a flex backend sets the flex
 
 A row takes the entry of its release, GPU, model, precision (``bf16``, ``fp8_cs``,
 ``fp8_mx``) and GPU count; a config whose layout differs from the row's is named in the
-note (the row's layout columns always win).
+note (the row's layout columns always win). A row with no entry here takes its release's
+preset as that release's scripts define it (published/bridge_presets.py, 25.11 to 26.06).
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
+
+from primus_ext.published.bridge_presets import preset_entry
 
 BRIDGE = "github.com/NVIDIA-NeMo/Megatron-Bridge"
 _MXFP8 = re.compile(r"\bprecision\s+MXFP8\b|--fp8-recipe\s+mxfp8", re.I)
@@ -68,6 +72,7 @@ class MoeEntry:
     shared_expert_overlap: bool = False
     fused_grouped_mlp: bool = False
     fp8_attention: bool = False
+    tp_comm_overlap: bool | None = None  # the pretrain function's CommOverlapConfig
     layout: str = ""  # the config's layout when it differs from the row's
 
 
@@ -114,7 +119,8 @@ ENTRIES = {
     ("26.02.01", "H100", "qwen3_235b_a22b", "fp8_cs", 256): MoeEntry(
         f"{_CFG_0302}/qwen QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2; "
         "qwen3_llm_pretrain.py qwen3_235b_a22b_pretrain_config_h100: "
-        "moe_token_dispatcher_type alltoall", a2a_overlap=True),
+        "moe_token_dispatcher_type alltoall, CommOverlapConfig(tp_comm_overlap=False)",
+        a2a_overlap=True, tp_comm_overlap=False),
     ("26.02.01", "GB200", "qwen3_235b_a22b", "fp8_mx", 256): MoeEntry(
         "v0.3.0 scripts/performance/configs/qwen QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2 "
         "(the config of the row's VP n/a; cfeddcd94's has VP 3)",
@@ -140,6 +146,15 @@ ENTRIES = {
         graphs=_FULL_ITER, fused_grouped_mlp=True, fp8_attention=True),
 }
 
+# 26.06.01 (381d0b825, the commit that published its table): the four GB200 MXFP8
+# recipe functions above, and the helpers they call, read the same there (the DeepSeek
+# helper sets no dispatcher; deepseek/common.py's set_deepseek_v3_common_configs sets
+# flex / hybridep).
+for (_rel, _gpu, _model, _kind, _n), _e in list(ENTRIES.items()):
+    if _rel == "26.08":
+        ENTRIES[("26.06.01", _gpu, _model, _kind, _n)] = dataclasses.replace(
+            _e, path=_e.path.replace("4ab94dfad", "381d0b825"))
+
 
 def release_of(source: str) -> str | None:
     prefix = "MegatronBridge-perf-"
@@ -158,7 +173,7 @@ def find_entry(f) -> MoeEntry | None:
                 (release, "*", model, "*", 0)):
         if key in ENTRIES:
             return ENTRIES[key]
-    return None
+    return preset_entry(release, f, kind, MoeEntry)  # published/bridge_presets.py
 
 
 def bridge_moe(f, rec) -> None:
@@ -171,6 +186,9 @@ def bridge_moe(f, rec) -> None:
     rec.set("parallel", "moe_token_dispatcher_type", e.dispatcher, src)
     if e.backend:
         rec.set("parallel", "moe_flex_dispatcher_backend", e.backend, src)
+    if e.tp_comm_overlap is not None and f.tp > 1:
+        rec.set("parallel", "tp_comm_overlap", e.tp_comm_overlap,
+                f"{src}: CommOverlapConfig(tp_comm_overlap={e.tp_comm_overlap})")
     rec.set("parallel", "moe_router_fusion", True, f"{src}: moe_router_fusion")
     if e.a2a_overlap:
         rec.set("parallel", "overlap_moe_expert_parallel_comm", True,

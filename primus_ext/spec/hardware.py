@@ -126,6 +126,11 @@ class HardwareSpec:
     # backward). ``collective_host_s``: host time of one collective call (c10d work
     # object, stream events, NCCL enqueue). ``sync_s``: one host-device synchronisation
     # (a scalar read back, cudaStreamSynchronize) on top of draining the device queue.
+    # ``te_grouped_gemm_host_s``: the host time a Transformer Engine ``GroupedLinear``
+    # call spends per expert GEMM beyond its launch: the per-split tensor views and
+    # allocations, quantizer and cuBLAS descriptor setup of its C++ loop over the GEMMs
+    # (TransformerEngine issue 1499: "the CPU overheads of PyTorch ops, such as
+    # torch.split(), and torch.empty() (2x num_gemms calls)").
     # ``step_host_s``: Megatron-LM's training loop per iteration outside the model and
     # optimizer (scheduler, timers, logging, its own Python). ``host_clock`` False: the
     # device is the host (the cpu preset), there is no second clock.
@@ -135,6 +140,7 @@ class HardwareSpec:
     host_speed: float = 1.0
     launch_s: float = 5e-6
     te_module_host_s: float = 25e-6
+    te_grouped_gemm_host_s: float = 10e-6
     collective_host_s: float = 20e-6
     sync_s: float = 20e-6
     step_host_s: float = 5e-3
@@ -200,7 +206,8 @@ class HardwareSpec:
         non_negative(_OWNER, "host_speed", self.host_speed)
         if self.host_speed == 0:
             raise ValueError(f"hardware.host_speed={self.host_speed} must be positive")
-        for f in ("launch_s", "te_module_host_s", "collective_host_s", "sync_s",
+        for f in ("launch_s", "te_module_host_s", "te_grouped_gemm_host_s",
+                  "collective_host_s", "sync_s",
                   "step_host_s", "host_link_gbps"):
             non_negative(_OWNER, f, getattr(self, f))
         v = self.comm_overlap_penalty

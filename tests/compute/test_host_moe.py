@@ -120,3 +120,30 @@ def test_the_moe_forward_splits_at_the_token_count_sync():
     spec = parse_launch_args(MOE).spec
     dense = simulate_layer_costs(spec).kinds.get("dense")
     assert dense is None or dense.fwd_post_sync_s == 0
+
+
+def test_grouped_linear_host_time_follows_megatron_cores_num_gemms():
+    """TEGroupedMLP builds linear_fc1 and linear_fc2 with ``num_local_experts`` GEMMs each
+    (megatron-core moe/experts.py); TE's GroupedLinear pays host time per GEMM (TE issue
+    1499), one per expert in the forward and two (dgrad, wgrad) in the backward."""
+    import inspect
+    import re
+
+    from megatron.core.transformer.moe import experts
+
+    from primus_ext.compute.host import layer_parts
+    src = inspect.getsource(experts.TEGroupedMLP.__init__)
+    for fc in ("linear_fc1", "linear_fc2"):
+        assert re.search(rf"self\.{fc} = build_module\(\s*submodules\.{fc},\s*"
+                         r"self\.num_local_experts", src), fc
+    spec = parse_launch_args(MOE).spec
+    local = spec.model.num_moe_experts // spec.parallel.ep
+    f, b = layer_parts(spec, moe=True)["mlp"]
+    assert (f.expert_gemms, b.expert_gemms) == (2 * local, 4 * local)
+    hw = spec.cluster.hardware
+    assert f.seconds(hw, te=True) - f.seconds(hw, te=False) == pytest.approx(
+        f.te_calls * hw.te_module_host_s + 2 * local * hw.te_grouped_gemm_host_s)
+    # without a grouped GEMM each expert is a TE module of its own (te_calls), not a GEMM
+    # of a GroupedLinear call.
+    seq = parse_launch_args([a for a in MOE if a != "--moe-grouped-gemm"]).spec
+    assert layer_parts(seq, moe=True)["mlp"][0].expert_gemms == 0
