@@ -6,8 +6,10 @@ A MegatronBridge-perf row without a hand-read entry in ``bridge_moe.ENTRIES`` ta
 preset its release's scripts would have run: the row's model, GPU and precision
 (``FP8_CS``, ``FP8_MX``, ``BF16``; a preset without a precision in its name serves every
 precision), and among the variants the one whose layout is the row's (TP, PP, VP, EP,
-MBS, GBS), else the scripts' default variant (``argument_parser.py --config_variant``:
-"Defaults to 'v2' ('v1' if 'v2' doesn't exist)").
+MBS; the global batch scales with the GPU count, ``gbs_scaling_factor``), else the
+scripts' default variant (``argument_parser.py --config_variant``: "Defaults to 'v2'
+('v1' if 'v2' doesn't exist)"). A layout no preset of the release has takes the preset
+of the nearest release that has it.
 """
 from __future__ import annotations
 
@@ -18,8 +20,7 @@ from pathlib import Path
 PATH = Path(__file__).resolve().parent.parent / "data" / "validation" / "bridge_moe_configs.json"
 _LAYOUT = (("tp", "tensor_model_parallel_size", 1), ("pp", "pipeline_model_parallel_size", 1),
            ("vpp", "virtual_pipeline_model_parallel_size", 1),
-           ("ep", "expert_model_parallel_size", 1), ("mbs", "micro_batch_size", 1),
-           ("gbs", "global_batch_size", None))
+           ("ep", "expert_model_parallel_size", 1), ("mbs", "micro_batch_size", 1))
 
 
 @lru_cache(maxsize=1)
