@@ -143,10 +143,16 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   ``train.loss_impl=torch``; Qwen3-30B-A3B -10 % and GPT-OSS-20B -17 %, while DeepSeek-V3 on
   1024 GPUs is +16 %, whose benchmark config of the table's time gives 4 layers per
   virtual stage where the table prints VP 8; DeepSeek-V3 on 256 and Kimi K2 within 3 %);
-  Qwen3-30B-A3B FP8 on H100 at one 4096-token micro batch (+11 / +20 % after Transformer
-  Engine's per-expert quantisation kernels; their forward is host-bound, and the two
-  clocks are composed per phase, so the host's lead from the attention and dispatch
-  survives the dispatcher's synchronisation, where on the GPU it does not). HybridEP
+  Qwen3-30B-A3B FP8 on H100 at one 4096-token micro batch (-6 / +15 % after Transformer
+  Engine's per-expert quantisation kernels and GroupedLinear's per-GEMM host time, whose
+  fitted value sits at its 20 us bound; their forward is host-bound, and the two clocks
+  are composed per phase, so the host's lead from the attention and dispatch survives
+  the dispatcher's synchronisation, where on the GPU it does not). Megatron-Bridge's
+  other releases (the section above) are still projected too fast where the release ran
+  the all-to-all dispatcher with the EP all-to-all overlap (Qwen3-30B-A3B on H100 in
+  25.11 and 26.02: +61 to +119 %, against -6 % for the same layout with DeepEP in
+  26.02.01), and on the GPT-OSS rows the table marks as a regression (26.06.01, cuDNN
+  frontend issue 256). HybridEP
   pads FP8 expert rows inside its dispatch (megatron-core ``_HybridEPManager.dispatch``
   ``pad_multiple``), so Transformer Engine's Fp8Padding copies nothing there; the op
   model still charges those copies on flex/HybridEP FP8 rows (5-10 % of their compute).
