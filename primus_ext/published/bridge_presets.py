@@ -29,6 +29,11 @@ def _table() -> dict:
         return json.load(f)
 
 
+def _release_key(release: str) -> tuple[int, ...]:
+    """'26.02.01' -> (26, 2, 1): container releases in time order."""
+    return tuple(int(x) for x in release.split("."))
+
+
 def _kinds(kind: str) -> tuple[str, ...]:
     return {"bf16": ("bf16", ""), "fp8_cs": ("fp8_cs", ""), "fp8_mx": ("fp8_mx", "")}.get(
         kind, ("",))
@@ -71,7 +76,7 @@ def find_preset(release: str, f, kind: str) -> tuple[str, str, str, dict] | None
     releases = _table()["releases"]
     if release not in releases:
         return None
-    order = list(releases)
+    order = sorted(releases, key=_release_key)
     at = order.index(release)
     for other in sorted(order, key=lambda r: (abs(order.index(r) - at), order.index(r))):
         cands = _candidates(releases[other], f, kind)
