@@ -305,9 +305,12 @@ def _dsv3_bridge(f: RowFacts, rec: Recipe) -> None:
                 f"{src}: set_moe_a2a_overlap_overrides")
         rec.set("parallel", "overlap_grad_reduce", False,
                 f"{src}: overlap_grad_reduce disabled on H100")
-        layout = (1,) + (2,) * 30 + (0,)  # Et|(tt|)*30mL over pp*vp = 32 chunks
-    else:
-        layout = (4,) * 15 + (1,)  # [E+4] + [4]*14 + [1+L] over 16 virtual stages
+    # By the number of virtual stages: 32 chunks Et|(tt|)*30mL (the H100 recipe; the
+    # layout Megatron-LM's DeepSeek-V3 GB200 guide gives for PP 8 VPP 4,
+    # docs/discussions/deepseek-v3-gb200-optimization), 16 chunks [E+4] + [4]*14 + [1+L]
+    # (Megatron-Bridge recipes/deepseek/deepseek_v3.py layout_map for (16, 1), (8, 2),
+    # (4, 4)).
+    layout = {32: (1,) + (2,) * 30 + (0,), 16: (4,) * 15 + (1,)}.get(f.pp * f.vpp, ())
     if f.num_layers == sum(layout) and len(layout) == f.pp * f.vpp:
         vp = f.vpp
         rec.set("parallel", "pipeline_layout", layout, f"{src}: pipeline layout for "

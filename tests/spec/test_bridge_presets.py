@@ -29,14 +29,13 @@ TABLE_ROWS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def _read(path, table_rows):
     with open(DEFAULT_PATH, newline="") as f:
         rows = list(csv.DictReader(f))
     by_id = {r["run_id"]: r for r in rows}
     out = []
     for i, (rel, gpu, like, prec, note, n, tp, pp, vp, ep, mbs, gbs, tps) in \
-            enumerate(TABLE_ROWS):
+            enumerate(table_rows):
         r = dict(by_id[like])
         r.update(run_id=f"T{i:03d}", source=f"MegatronBridge-perf-{rel}", gpu=gpu,
                  num_gpus=n, precision=prec, tp=tp, pp=pp, vp=vp, cp=1, ep=ep, etp="",
@@ -44,12 +43,16 @@ def runs(tmp_path_factory):
                  measured_tokens_per_s_per_gpu=tps, measured_tflops_per_gpu="",
                  notes=f"{note}; MoE force-balanced and token-dropless (the page's footnote)")
         out.append(r)
-    path = tmp_path_factory.mktemp("bridge") / "rows.csv"
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(out)
     return read_runs(path)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return _read(tmp_path_factory.mktemp("bridge") / "rows.csv", TABLE_ROWS)
 
 
 def test_each_release_is_read_at_the_commit_that_published_its_table():
@@ -103,3 +106,12 @@ def test_a_layout_no_preset_of_the_release_has_takes_the_nearest_release_with_it
     s = run.spec
     assert s.parallel.moe_token_dispatcher_type == "alltoall"
     assert s.parallel.overlap_moe_expert_parallel_comm
+
+
+def test_deepseek_v3_at_32_virtual_stages_takes_the_32_chunk_layout(tmp_path):
+    # 25.11 table, DGX-GB200, DeepSeekV3 (w/o MTP) FP8-MX: PP 8, VP 4, EP 32. Megatron-LM's
+    # DeepSeek-V3 GB200 guide runs this layout with --pipeline-model-parallel-layout
+    # Et|(tt|)*30L: the first chunk the embedding and one layer, the last the loss.
+    run = _read(tmp_path / "rows.csv", [("25.11", "GB200", "P117", "fp8", "precision MXFP8",
+                                         256, 1, 8, 4, 32, 1, 4096, 4018)])[0]
+    assert run.spec.parallel.pipeline_layout == (1,) + (2,) * 30 + (0,)
