@@ -8,7 +8,9 @@ from pathlib import Path
 
 from primus_ext.project.validate import percentile, project_run
 from primus_ext.published import read_runs
+from primus_ext.published.bridge_moe import precision_kind, release_of
 
+LABEL = {"bf16": "BF16", "fp8_cs": "FP8", "fp8_mx": "MXFP8"}
 ROWS = Path(__file__).resolve().parents[1] / "tests" / "data" / "bridge_other_releases.csv"
 
 
@@ -36,9 +38,9 @@ def bridge_section(calib) -> list[str]:
             continue
         p = run.spec.parallel
         vp = f" VP{p.vpp}" if p.vpp > 1 else ""
-        prec = "MXFP8" if "MXFP8" in run.row["notes"] else run.precision.upper()
+        prec = LABEL[precision_kind(run.precision, run.row["notes"])]
         lines.append(
-            f"| {run.run_id} | {run.source[len('MegatronBridge-perf-'):]} | {run.gpu} | "
+            f"| {run.run_id} | {release_of(run.source)} | {run.gpu} | "
             f"{run.row['model']} | {prec} | TP{p.tp} PP{p.pp}{vp} EP{p.ep} "
             f"MBS{run.spec.train.micro_batch_size} | "
             f"{x.measured_tokens_per_s_per_gpu:,.0f} | {x.estimate.tokens_per_s_per_gpu:,.0f} "

@@ -78,7 +78,8 @@ def find_preset(release: str, f, kind: str) -> tuple[str, str, str, dict] | None
         return None
     order = sorted(releases, key=_release_key)
     at = order.index(release)
-    for other in sorted(order, key=lambda r: (abs(order.index(r) - at), order.index(r))):
+    for i in sorted(range(len(order)), key=lambda i: (abs(i - at), i)):
+        other = order[i]
         cands = _candidates(releases[other], f, kind)
         name = _exact(cands, f)
         if name:
