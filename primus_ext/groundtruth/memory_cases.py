@@ -39,7 +39,8 @@ MLA = replace(LLAMA, name="tiny_mla", num_query_groups=None, multi_latent_attent
 def spec(model: ModelSpec, seq: int = 64, mbs: int = 2, gbs: int | None = None,
          **kw) -> RunSpec:
     train_keys = {"recompute_granularity", "recompute_method", "recompute_num_layers",
-                  "recompute_modules", "attention_softmax_in_fp32", "precision"}
+                  "recompute_modules", "attention_softmax_in_fp32", "precision",
+                  "moe_router_dtype", "moe_router_force_load_balancing"}
     train_kw = {k: kw.pop(k) for k in list(kw) if k in train_keys}
     train_kw.setdefault("attention_softmax_in_fp32", False)
     par = ParallelSpec(**kw)
@@ -77,6 +78,8 @@ CASES: list[Case] = [
     Case("llama dp2 selective", spec(LLAMA, recompute_granularity="selective"),
          ("activations",)),
     Case("llama mha dp2", spec(replace(LLAMA, num_query_groups=None)), ("activations",)),
+    Case("llama mha dp2 qk-norm", spec(replace(LLAMA, num_query_groups=None,
+                                               qk_layernorm=True)), ("activations",)),
     # tensor and sequence parallelism
     Case("llama tp2", spec(LLAMA, tp=2), PA),
     Case("llama tp2 sp", spec(LLAMA, tp=2, sequence_parallel=True), PA),
@@ -96,6 +99,13 @@ CASES: list[Case] = [
     Case("moe+shared dp2", spec(MOE_SHARED), PA),
     Case("moe dp2 selective moe", spec(MOE, recompute_granularity="selective",
                                        recompute_modules=("core_attn", "moe")),
+         ("activations",)),
+    # Qwen3-MoE's settings: q/k norms, fp32 routing, forced balance, layernorm recompute
+    Case("moe ep2 qk-norm fp32-router", spec(replace(MOE, qk_layernorm=True), ep=2,
+                                             moe_router_dtype="fp32",
+                                             moe_router_force_load_balancing=True,
+                                             recompute_granularity="selective",
+                                             recompute_modules=("layernorm",)),
          ("activations",)),
     Case("llama dp2 selective layernorm+mlp", spec(LLAMA, recompute_granularity="selective",
                                                    recompute_modules=("layernorm", "mlp")),

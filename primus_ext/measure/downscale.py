@@ -32,6 +32,7 @@ Rules (each applied one is named in ``Downscaled.rules``, and saved in the profi
 - ``recompute``: the target's setting is kept for the activation count (full recompute as
   ``uniform`` with one layer per unit: every layer checkpointed); layer timing runs
   without recompute, and the projector prices recompute from the measured forward.
+  ``moe_act`` is left out of the measured model's modules (rule ``recompute_moe_act``).
 """
 from __future__ import annotations
 
@@ -182,6 +183,16 @@ def downscale(target: RunSpec, local_world: int, local_hardware: str, *,
     elif t.recompute_granularity == "selective":
         rules.append("recompute: selective recompute priced from the measured core "
                      "attention forward")
+        if "moe_act" in t.recompute_modules:
+            # The measured experts are megatron-core's SequentialMLP (model.py builds no
+            # grouped GEMM), and TransformerConfig accepts moe_act only with
+            # moe_grouped_gemm. The target's memory and recompute come from its spec.
+            kept = [x for x in t.recompute_modules if x != "moe_act"]
+            ov += ([f"train.recompute_modules=[{','.join(kept)}]"] if kept
+                   else ["train.recompute_granularity=null"])
+            rules.append("recompute_moe_act: not built in the measured model (sequential "
+                         "experts; megatron-core recomputes moe_act only with a grouped "
+                         "GEMM); the target's memory model and recompute price count it")
 
     if t.precision == "fp8":
         rules.append("fp8: measured in bf16 (no FP8 autocast); GEMMs rescaled by the "

@@ -175,18 +175,19 @@ def moe_tokens_per_rank(d: Dims, model: ModelSpec, par: ParallelSpec) -> int:
 def moe_items(model: ModelSpec, par: ParallelSpec, d: Dims, options: MemoryOptions) -> Items:
     """MoE MLP with the alltoall dispatcher, softmax top-k router, no token dropping."""
     h, e, k = model.hidden_size, d.e, model.moe_router_topk
+    pe = d.router_e or e  # the routing probabilities' bytes (--moe-router-dtype)
     ne = model.num_moe_experts
     r = d.n_sp  # tokens this rank routes
     t_e = moe_tokens_per_rank(d, model, par)
     it = norm_items(model, d, "mlp_norm", r, h)
     it["router.input"] = r * h * e  # also the shared experts' fc1 input
-    it["router.probs_t"] = r * ne * e  # probs.T.contiguous() kept by masked_select
+    it["router.probs_t"] = r * ne * pe  # probs.T.contiguous() kept by masked_select
     it["router.routing_map_t"] = r * ne  # bool
     it["router.topk_softmax"] = r * k * 4
     it["router.topk_indices"] = r * k * 8
     it["permute.sorted_indices"] = r * k * 8
     it["experts.input"] = t_e * h * e  # dispatched (and expert-TP gathered) tokens
-    it["experts.probs"] = t_e * e  # per-assignment probs for the weighted activation
+    it["experts.probs"] = t_e * pe  # per-assignment probs for the weighted activation
     ffn = model.expert_ffn_size // par.expert_tp
     it |= ffn_items(model, d, "experts", t_e, ffn, options)
     if not (options.bias_activation_fusion and model.gated):

@@ -1,8 +1,9 @@
 """The activation bytes megatron-core's local spec saves on a CPU beyond what it saves on
 a GPU: torch's composite RMSNorm keeps the fp32 upcast and the fp32 normalised input
 (4 + 4 bytes per element, where the fused GPU kernel keeps the input in the compute
-dtype), and CPU LayerNorm keeps mean and rstd in the input dtype (CUDA: fp32). Used where
-CPU measurements are set beside the model (``groundtruth.memory_compare``,
+dtype), and CPU LayerNorm keeps mean and rstd in the input dtype (CUDA: fp32); the q/k
+RMSNorms of ``--qk-layernorm`` keep fp32 copies instead of views of the QKV output.
+Used where CPU measurements are set beside the model (``groundtruth.memory_compare``,
 ``measure.checks``).
 """
 from __future__ import annotations
@@ -13,13 +14,29 @@ from primus_ext.spec import RunSpec
 
 def norm_cpu_delta(spec: RunSpec, items: dict[str, int]) -> int:
     """CPU-minus-GPU bytes of the norms among ``items`` (see the module docstring)."""
-    e = Dims.of(spec.parallel, spec.train).e
+    d = Dims.of(spec.parallel, spec.train)
+    e = d.e
     rms = spec.model.normalization == "RMSNorm"
-    delta = 0
+    delta = _qk_rms_delta(spec, items, d) if rms else 0
     for key, stats in items.items():
         if not key.endswith(".stats") or key.startswith(("q_layernorm.", "k_layernorm.")):
             continue
         rows = stats // (4 if rms else 8)
         width = items.get(key[:-len(".stats")] + ".input", 0) // (rows * e) if rows else 0
         delta += (8 - e) * rows * width if rms else (2 * e - 8) * rows
+    return delta
+
+
+def _qk_rms_delta(spec: RunSpec, items: dict[str, int], d: Dims) -> int:
+    """q/k RMSNorms (``--qk-layernorm``): on a CPU each keeps its fp32 upcast and fp32
+    normalised input (8 bytes per element of q and k) and, being copies, not the views of
+    the QKV output that a fused GPU norm keeps; under unfused GQA attention nothing else
+    keeps that storage (``act_layer._unfused_core``), so it is the GPU's alone."""
+    q_rows = items.get("q_layernorm.stats", 0) // 4
+    k_rows = items.get("k_layernorm.stats", 0) // 4
+    if not q_rows:
+        return 0
+    delta = 8 * (q_rows + k_rows) * spec.model.head_dim
+    if not d.flash and q_rows != k_rows:
+        delta -= items.get("qkv.output", 0)
     return delta

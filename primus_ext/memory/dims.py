@@ -20,6 +20,9 @@ class Dims:
     flash: bool
     te: bool = False  # Transformer Engine layer stack (train.te resolved)
     fused_softmax: bool = False  # train.masked_softmax_fusion resolved (attn_unfused.py)
+    # Bytes of the router's probabilities: ``--moe-router-dtype fp32`` keeps them in fp32
+    # from the router through the experts' weighted activation (0: ``e``).
+    router_e: int = 0
 
     @staticmethod
     def of(par: ParallelSpec, train: TrainSpec) -> "Dims":
@@ -29,4 +32,5 @@ class Dims:
                     n_sp=n // par.tp if par.sequence_parallel else n, tp=par.tp,
                     e=4 if train.precision == "fp32" else 2,
                     flash=train.attention_backend == "flash", te=bool(train.te),
-                    fused_softmax=bool(train.masked_softmax_fusion))
+                    fused_softmax=bool(train.masked_softmax_fusion),
+                    router_e=4 if train.moe_router_dtype == "fp32" else 0)

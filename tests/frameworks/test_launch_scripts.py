@@ -139,6 +139,22 @@ def test_the_analytic_path_imports_no_torch(tmp_path):
     assert "tokens/s/GPU" in res.stdout
 
 
+def test_a_line_the_measurement_cannot_build_gets_one_line_and_exit_3():
+    """Megatron-LM's GPT-OSS line (sliding-window layers) through the default backend:
+    megatron-core's local spec has no sliding window, so the measurement stops before
+    building anything, with one line that names the field and the way out."""
+    doc = SCRIPTS["mlm_gptoss_02_train"]
+    argv = doc["flags"] + _target(doc) + ["--project-only"]
+    code = ("import sys, json; from primus_ext.frameworks.megatron.launch import main; "
+            f"sys.exit(main(json.loads({json.dumps(json.dumps(argv))})))")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 3, res.stderr[-2000:]
+    assert "Traceback" not in res.stderr
+    assert "model.window_size: sliding-window attention" in res.stderr
+    assert "--projection-backend simulate" in res.stderr
+
+
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_the_written_launch_line_reads_back_as_the_script(name):
     """flags.py writes what args.py read from the real script: reading that back gives

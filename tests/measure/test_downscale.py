@@ -74,6 +74,27 @@ def test_experts_raised_above_topk():
     assert downscale(target, 1, "cpu").spec.model.num_moe_experts == 4
 
 
+@pytest.mark.parametrize("modules,kept", [(("moe_act", "layernorm"), ("layernorm",)),
+                                           (("moe_act",), None)])
+def test_moe_act_recompute_left_out_of_the_sequential_experts(modules, kept):
+    """ModelZoo's Qwen3-30B line recomputes moe_act; megatron-core's TransformerConfig
+    refuses it without a grouped GEMM, which the measured (SequentialMLP) model lacks."""
+    from primus_ext.frameworks.megatron.model import transformer_config
+    target = S.run(S.mixtral(num_moe_experts=16), nodes=2, ep=8,
+                   train={"recompute_granularity": "selective",
+                          "recompute_modules": modules})
+    d = downscale(target, 1, "cpu")
+    t = d.spec.train
+    assert any(r.startswith("recompute_moe_act") for r in d.rules)
+    if kept is None:
+        assert t.recompute_granularity is None
+    else:
+        assert (t.recompute_granularity, t.recompute_modules) == ("selective", kept)
+    with pytest.raises(ValueError, match="moe_act"):
+        transformer_config(target)
+    assert transformer_config(d.spec).recompute_modules == list(kept or ["core_attn"])
+
+
 def test_overrides_rebuild_the_downscaled_spec_from_any_base():
     target = S.run(S.llama70b(), nodes=8, tp=8, pp=4, sequence_parallel=True)
     d = downscale(target, 2, "cpu")

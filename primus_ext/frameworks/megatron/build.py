@@ -71,6 +71,16 @@ def use_transformer_engine() -> bool:
     return True
 
 
+def not_built(spec: RunSpec) -> str | None:
+    """Why the measured backend cannot build ``spec``'s layers (None: it can).
+    megatron-core's local spec, the only one on a CPU, has no sliding window
+    (``DotProductAttention`` asserts ``window_size is None``)."""
+    if spec.model.window_size is not None:
+        return ("model.window_size: sliding-window attention is not built by the "
+                "measured backend in this version")
+    return None
+
+
 def transformer_config(spec: RunSpec):
     """megatron-core TransformerConfig for a run: the memory probe's config (Megatron-LM's
     fusion flags, MLA, MTP; ``model.transformer_config``, shared with the memory probe so that measured
@@ -79,9 +89,9 @@ def transformer_config(spec: RunSpec):
     from primus_ext.frameworks.megatron.model import transformer_config as probe_config
 
     m, p, t = spec.model, spec.parallel, spec.train
-    if m.window_size is not None:
-        raise ValueError("model.window_size: sliding-window attention is not built by the "
-                         "measured backend in this version (use backend=simulate)")
+    why = not_built(spec)
+    if why:
+        raise ValueError(why + " (use backend=simulate)")
     if p.pipeline_layout is not None:
         raise ValueError("parallel.pipeline_layout: explicit layouts are not built by the "
                          "measured backend in this version")

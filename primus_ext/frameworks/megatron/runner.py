@@ -20,7 +20,8 @@ import torch.distributed as dist
 
 from primus_ext.measure.aggregate import _collectives, _gather_collectives, _gather_max, \
     _mean_comm, _mean_over_ranks, _part_comm, _timings
-from primus_ext.frameworks.megatron.build import build, init_distributed, prepare_runtime, teardown
+from primus_ext.frameworks.megatron.build import build, init_distributed, not_built, \
+    prepare_runtime, teardown
 from primus_ext.measure.downscale import Downscaled, downscale
 from primus_ext.measure.hooks import LayerTimer, _median
 from primus_ext.presets.overrides import apply_overrides, spec_overrides
@@ -59,6 +60,10 @@ class MeasureOptions:
 
 class MeasurementDoesNotFit(RuntimeError):
     """No downscale fits the measuring device; the message is the one line to print."""
+
+
+class MeasurementNotBuilt(MeasurementDoesNotFit):
+    """The measured backend cannot build the run's layers (``build.not_built``)."""
 
 
 def local_hardware() -> str:
@@ -102,6 +107,11 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
     from primus_ext.measure.microbench import run_microbenchmarks
     from primus_ext.frameworks.megatron.step import data_iterators
 
+    why = not_built(target)
+    if why:
+        raise MeasurementNotBuilt(f"primus-ext: the measurement cannot run this line: {why}; "
+                                  "use --projection-backend simulate (analytic, no "
+                                  "measurement)")
     patches = prepare_runtime()
     rank, world = init_distributed()
     hw = opts.local_hardware or local_hardware()
