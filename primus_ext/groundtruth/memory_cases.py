@@ -107,6 +107,10 @@ CASES: list[Case] = [
                                              recompute_granularity="selective",
                                              recompute_modules=("layernorm",)),
          ("activations",)),
+    # ModelZoo's Qwen3-235B lines: the MoE checkpoint's input is the discarded norm output
+    Case("moe ep2 qk-norm selective layernorm+moe", spec(
+        replace(MOE, qk_layernorm=True), ep=2, recompute_granularity="selective",
+        recompute_modules=("layernorm", "moe")), ("activations",)),
     Case("llama dp2 selective layernorm+mlp", spec(LLAMA, recompute_granularity="selective",
                                                    recompute_modules=("layernorm", "mlp")),
          ("activations",)),

@@ -100,7 +100,10 @@ def activation_check(profile: Profile, base: RunSpec, tol: float = 0.0) -> list[
     from primus_ext.memory.options import MemoryOptions
     meas = _measured(profile, base)
     backend = profile.measured_shapes.get("attention_backend", meas.train.attention_backend)
-    train = dataclasses.replace(meas.train, attention_backend=backend)
+    # The layer stack the run built: TE's (flash attention) or the local spec, whatever
+    # the target's line asked for (--transformer-impl).
+    train = dataclasses.replace(meas.train, attention_backend=backend,
+                                te=backend == "flash")
     spec = dataclasses.replace(meas, train=train)
     rows = []
     for kind in ("dense", "moe"):

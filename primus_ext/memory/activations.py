@@ -73,7 +73,12 @@ def _selective(items: Items, model: ModelSpec, d: Dims, modules: tuple[str, ...]
         items = {k: v for k, v in items.items()
                  if k.startswith(keep) or not k.startswith(("router.", "permute.",
                                                            "experts.", "shared."))}
-        items["moe.checkpoint_input"] = d.n_sp * h * e
+        if "layernorm" not in modules:
+            # The checkpoint's input is the pre-MLP norm's output; under layernorm
+            # recompute that norm discards it (``discard_output_and_register_recompute``
+            # resizes its storage to 0, megatron-core transformer_layer.py) and rebuilds
+            # it before the MoE recompute.
+            items["moe.checkpoint_input"] = d.n_sp * h * e
     if moe and "moe_act" in modules:
         items = _drop(items, ("experts.act_output", "experts.silu_output",
                               "experts.linear_half", "experts.scaled_output"))

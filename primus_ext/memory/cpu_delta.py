@@ -30,13 +30,15 @@ def norm_cpu_delta(spec: RunSpec, items: dict[str, int]) -> int:
 def _qk_rms_delta(spec: RunSpec, items: dict[str, int], d: Dims) -> int:
     """q/k RMSNorms (``--qk-layernorm``): on a CPU each keeps its fp32 upcast and fp32
     normalised input (8 bytes per element of q and k) and, being copies, not the views of
-    the QKV output that a fused GPU norm keeps; under unfused GQA attention nothing else
-    keeps that storage (``act_layer._unfused_core``), so it is the GPU's alone."""
+    the QKV output that a fused GPU norm keeps. Where V is repeated to all heads (unfused
+    GQA attention saved by autograd, ``act_layer._unfused_core``) nothing else keeps that
+    storage, so it is the GPU's alone; under core_attn recompute the checkpoint keeps V,
+    a view of it."""
     q_rows = items.get("q_layernorm.stats", 0) // 4
     k_rows = items.get("k_layernorm.stats", 0) // 4
     if not q_rows:
         return 0
     delta = 8 * (q_rows + k_rows) * spec.model.head_dim
-    if not d.flash and q_rows != k_rows:
+    if not d.flash and "v.repeated" in items:
         delta -= items.get("qkv.output", 0)
     return delta
