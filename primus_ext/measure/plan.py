@@ -41,6 +41,14 @@ VOCAB_SLICES = (32768, 8192, 2048)
 MIN_SEQ = 256
 
 
+class MeasurementDoesNotFit(RuntimeError):
+    """No downscale fits the measuring device; the message is the one line to print."""
+
+
+class MeasurementNotBuilt(MeasurementDoesNotFit):
+    """The measured framework cannot build the run's layers; the message says why."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Candidate:
     layers_per_kind: int
@@ -89,12 +97,14 @@ class MeasurePlan:
                 "--measure-max-seconds")
 
 
-def _ladder(target: RunSpec, req: Candidate):
-    """Steps, each one cheaper than the last: (name, candidate -> candidate or None)."""
+def _ladder(target: RunSpec, req: Candidate, optimizer_optional: bool = True):
+    """Steps, each one cheaper than the last: (name, candidate -> candidate or None).
+    ``optimizer_optional`` False: the measured framework always builds its optimizer."""
     yield "microbatches", lambda c: dataclasses.replace(c, num_microbatches=1) \
         if c.num_microbatches > 1 else None
-    yield "optimizer", lambda c: dataclasses.replace(c, optimizer=False) \
-        if c.optimizer else None
+    if optimizer_optional:
+        yield "optimizer", lambda c: dataclasses.replace(c, optimizer=False) \
+            if c.optimizer else None
     yield "layers", lambda c: dataclasses.replace(c, layers_per_kind=1) \
         if c.layers_per_kind > 1 else None
     v_t = target.model.vocab_size
@@ -174,7 +184,8 @@ def candidate_cost(target: RunSpec, down: RunSpec, cand: Candidate, *, use_te: b
 def plan_measurement(target: RunSpec, downscale_fn, request: Candidate, *, hardware: str,
                      use_te: bool, num_processes: int, budget_bytes: int,
                      seconds_budget: float, base_bytes: int, warmup: int, repeats: int,
-                     capture: bool, contention: bool, cuda: bool) -> MeasurePlan:
+                     capture: bool, contention: bool, cuda: bool,
+                     optimizer_optional: bool = True) -> MeasurePlan:
     """The first candidate of the ladder that fits (see the module docstring).
 
     ``downscale_fn(candidate) -> RunSpec`` is the downscaled run of a candidate;
@@ -195,7 +206,7 @@ def plan_measurement(target: RunSpec, downscale_fn, request: Candidate, *, hardw
     cand, steps = request, {}
     nbytes, secs = cost(cand)
     plan = make(cand, nbytes, secs, steps)
-    for name, step in _ladder(target, request):
+    for name, step in _ladder(target, request, optimizer_optional):
         if plan.fits:
             break
         nxt = step(cand)

@@ -14,8 +14,12 @@ from primus_ext.spec import RunSpec
 def provenance(profile: Profile, target: RunSpec) -> dict:
     same = profile.hardware == target.cluster.hardware.name
     hw = target.cluster.hardware.name
-    measured = ["ops", "collectives with bytes per layer", "saved activation bytes per layer",
-                "executed FLOPs"]
+    measured = ["ops", "collectives with bytes per layer"]
+    if any(k.activation_bytes is not None for k in profile.layers.values()):
+        measured.append("saved activation bytes per layer")
+    if profile.step.get("executed_flops_per_microbatch"):
+        measured.append("executed FLOPs")
+    framework = "torchtitan" if "framework: torchtitan" in profile.notes else "megatron-core"
     modelled = ["pipeline schedule", "data-parallel sync"]
     if same:
         measured.insert(0, "per-layer forward/backward times of " + "/".join(profile.layers))
@@ -30,6 +34,7 @@ def provenance(profile: Profile, target: RunSpec) -> dict:
         measured.append("optimizer step (fits the HBM rate)")
     plan = next((n for n in profile.notes if n.startswith("plan: ")), None)
     return {
+        "framework": framework,
         "device": f"{profile.device.get('name')} ({profile.hardware}) x "
                   f"{profile.device.get('count')}",
         "target": f"{target.world_size} x {hw}",
@@ -47,7 +52,7 @@ def provenance_lines(prov: dict) -> list[str]:
     if prov["plan"]:
         out.append(f"measured run: {prov['plan']}")
     out.append("measured: " + ", ".join(prov["measured"])
-               + " (the downscaled megatron-core run)")
+               + f" (the downscaled {prov.get('framework', 'megatron-core')} run)")
     out.append("simulated: " + ", ".join(prov["modelled"]))
     out.append("left out by the downscale, and how it is restored"
                + ("" if prov["times_stand_in"] else

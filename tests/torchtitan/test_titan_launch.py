@@ -67,18 +67,21 @@ def test_hybrid_backend_calls_the_measurement_hook(tmp_path, monkeypatch):
     fake = types.ModuleType(launch.MEASURE_MODULE)
     fake.__spec__ = importlib.machinery.ModuleSpec(launch.MEASURE_MODULE, None)
 
-    def run_measurement(spec, argv):
-        calls.append((spec, argv))
+    def run_measurement(spec, argv, opts):
+        calls.append((spec, argv, opts))
         return primus_ext.project(spec)
     fake.run_measurement = run_measurement
+    fake.TitanMeasureOptions = lambda **kw: kw
     monkeypatch.setitem(sys.modules, launch.MEASURE_MODULE, fake)
     out = tmp_path / "f.json"
     own, titan = launch.split_args([*TINY, *TARGET[:1], "--projection-backend", "hybrid",
-                                    *TARGET[3:], "--projection-out", str(out)])
+                                    *TARGET[3:], "--projection-out", str(out),
+                                    "--measure-memory-gib", "3"])
     assert titan == TINY
     launch.project_only(own, titan)
-    (spec, argv), = calls
+    (spec, argv, opts), = calls
     assert spec.framework == "torchtitan" and spec.world_size == 16 and argv == TINY
+    assert opts == {"memory_gib": 3.0, "max_seconds": None}
     assert json.loads(out.read_text())["config"]["framework"] == "torchtitan"
 
 

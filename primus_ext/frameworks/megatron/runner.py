@@ -28,7 +28,8 @@ from primus_ext.presets.overrides import apply_overrides, spec_overrides
 from primus_ext.frameworks.megatron.probes import _activation_bytes, _contention, _pipeline_probe, \
     _run_steps, _synced_records
 from primus_ext.project.profile import KindTiming, Profile, rank_shapes
-from primus_ext.measure.plan import Candidate, MeasurePlan, plan_measurement
+from primus_ext.measure.plan import Candidate, MeasurePlan, MeasurementDoesNotFit, \
+    MeasurementNotBuilt, plan_measurement
 from primus_ext.measure.progress import Progress
 from primus_ext.measure.routing import RoutingRecorder
 from primus_ext.spec import RunSpec
@@ -58,12 +59,6 @@ class MeasureOptions:
     progress: bool = True  # rank 0 reports each step on stderr
 
 
-class MeasurementDoesNotFit(RuntimeError):
-    """No downscale fits the measuring device; the message is the one line to print."""
-
-
-class MeasurementNotBuilt(MeasurementDoesNotFit):
-    """The measured backend cannot build the run's layers (``build.not_built``)."""
 
 
 def local_hardware() -> str:

@@ -29,13 +29,19 @@ class ModelDims:
     num_query_groups: int
     ffn_hidden_size: int
     vocab_size: int
+    head_dim: int = 0  # 0: hidden_size // num_attention_heads (Llama 3)
+    qk_norm: bool = False  # RMSNorm of each head's q and k (Qwen3)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if not isinstance(v, int) or v < 1:
+            if f.name == "qk_norm":
+                if not isinstance(v, bool):
+                    raise ValueError(f"qk_norm={v!r} must be true or false")
+                continue
+            if not isinstance(v, int) or v < (0 if f.name == "head_dim" else 1):
                 raise ValueError(f"{f.name}={v!r} must be a positive integer")
-        if self.hidden_size % self.num_attention_heads:
+        if not self.head_dim and self.hidden_size % self.num_attention_heads:
             raise ValueError(f"hidden_size={self.hidden_size} is not divisible by "
                              f"num_attention_heads={self.num_attention_heads}")
         if self.num_attention_heads % self.num_query_groups:
@@ -48,7 +54,12 @@ class ModelDims:
         return cls(num_layers=num_layers or model.num_layers, hidden_size=model.hidden_size,
                    num_attention_heads=model.num_attention_heads,
                    num_query_groups=model.num_query_groups or model.num_attention_heads,
-                   ffn_hidden_size=model.ffn_hidden_size, vocab_size=model.vocab_size)
+                   ffn_hidden_size=model.dense_ffn_size, vocab_size=model.vocab_size,
+                   head_dim=model.head_dim, qk_norm=model.qk_layernorm)
+
+    @property
+    def per_head(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -62,15 +73,80 @@ class ModelDims:
         return cls(**d)
 
 
+def llama3_gaps(model) -> tuple[list[str], str | None]:
+    """What a ``ModelSpec`` has that the measured llama3-style decoder
+    (``llama3_model_config``) does not build, and why it cannot be built at all (None:
+    it can): the measured run keeps each rank's hidden size, heads, head dim, query
+    groups, q/k norms, FFN and vocabulary, in torchtitan's Llama 3 blocks (RMSNorm,
+    SwiGLU, RoPE, no biases)."""
+    m = model
+    gaps = []
+    if m.is_moe:
+        gaps.append(f"MoE layers ({m.num_moe_experts} experts, top-{m.moe_router_topk}; "
+                    "measured as dense SwiGLU FFNs)")
+    if m.multi_latent_attention:
+        gaps.append("multi-latent attention")
+    if m.window_size is not None:
+        gaps.append(f"sliding-window attention (window {m.window_size})")
+    if m.activation != "swiglu":
+        gaps.append(f"activation {m.activation} (SwiGLU measured)")
+    if m.normalization != "RMSNorm":
+        gaps.append(f"{m.normalization} (RMSNorm measured)")
+    if m.add_bias_linear or m.add_qkv_bias:
+        gaps.append("linear biases")
+    if m.mtp_num_layers:
+        gaps.append("MTP layers")
+    return gaps, None
+
+
+def proxy_spec(spec):
+    """``spec`` as the measured run builds it: a llama3-style dense decoder with the
+    same per-rank dims (``llama3_gaps`` lists what it leaves out): what the measurement
+    plan sizes."""
+    from primus_ext.presets.overrides import apply_overrides
+    m = spec.model
+    ov = []
+    if m.is_moe:
+        ov += ["model.num_moe_experts=null", "model.moe_first_k_dense=0",
+               "model.moe_shared_expert_intermediate_size=null",
+               f"model.ffn_hidden_size={m.dense_ffn_size}"]
+    if m.multi_latent_attention:
+        ov.append("model.multi_latent_attention=false")
+    if m.window_size is not None:
+        ov.append("model.window_size=null")
+    if m.mtp_num_layers:
+        ov.append("model.mtp_num_layers=0")
+    ov += ["model.activation=swiglu", "model.normalization=RMSNorm",
+           "model.add_bias_linear=false", "model.add_qkv_bias=false"]
+    return apply_overrides(spec, ov)
+
+
 def llama3_model_config(dims: ModelDims):
     """torchtitan's ``Llama3Model.Config`` with ``dims`` (untied embeddings, SwiGLU FFN of
     ``ffn_hidden_size``, GQA, complex RoPE as the 8B flavour); attention by the registry's
     default backend (FlexAttention; SDPA on the CPU through patches/torchtitan_sdpa.py)."""
     from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
-    from torchtitan.models.llama3 import (_EMBEDDING_INIT, _NORM_INIT, _build_llama3_layers,
+    from torchtitan.models.common.config_utils import get_attention_config, make_gqa_config
+    from torchtitan.models.llama3 import (_EMBEDDING_INIT, _LINEAR_INIT, _NORM_INIT,
+                                          _build_llama3_layers, _depth_init,
                                           _output_linear_init)
     from torchtitan.models.llama3.model import Llama3Model
-    d, v = dims.hidden_size, dims.vocab_size
+    d, v, hd = dims.hidden_size, dims.vocab_size, dims.per_head
+    rope = ComplexRoPE.Config(dim=hd, max_seq_len=131072, theta=500000, scaling="llama")
+    layers = _build_llama3_layers(
+        fuse_qkv=True, n_layers=dims.num_layers, dim=d, n_heads=dims.num_attention_heads,
+        n_kv_heads=dims.num_query_groups, hidden_dim=dims.ffn_hidden_size, rope=rope,
+        attn_backend="flex")
+    if dims.head_dim or dims.qk_norm:
+        # A head dim other than hidden / heads (Qwen3, GPT-OSS) and q/k norms: the same
+        # attention as _build_llama3_layers makes, through make_gqa_config's own options.
+        qk = RMSNorm.Config(normalized_shape=hd, param_init=_NORM_INIT) \
+            if dims.qk_norm else None
+        layers = [dataclasses.replace(layer, attention=make_gqa_config(
+            dim=d, n_heads=dims.num_attention_heads, n_kv_heads=dims.num_query_groups,
+            head_dim=hd, qk_norm=qk, wqkv_param_init=_LINEAR_INIT,
+            wo_param_init=_depth_init(i), inner_attention=get_attention_config("flex"),
+            fuse_qkv=True, rope=rope)) for i, layer in enumerate(layers)]
     return Llama3Model.Config(
         dim=d, vocab_size=v,
         tok_embeddings=Embedding.Config(num_embeddings=v, embedding_dim=d,
@@ -78,13 +154,7 @@ def llama3_model_config(dims: ModelDims):
         norm=RMSNorm.Config(normalized_shape=d, param_init=_NORM_INIT),
         lm_head=Linear.Config(in_features=d, out_features=v,
                               param_init=_output_linear_init(d)),
-        layers=_build_llama3_layers(
-            fuse_qkv=True, n_layers=dims.num_layers, dim=d,
-            n_heads=dims.num_attention_heads, n_kv_heads=dims.num_query_groups,
-            hidden_dim=dims.ffn_hidden_size,
-            rope=ComplexRoPE.Config(dim=d // dims.num_attention_heads, max_seq_len=131072,
-                                    theta=500000, scaling="llama"),
-            attn_backend="flex"))
+        layers=layers)
 
 
 def write_assets(root: str, vocab_size: int, *, num_docs: int = 64,
@@ -127,8 +197,12 @@ def ensure_assets(root: str, vocab_size: int) -> str:
 
 
 def asset_flags(root: str) -> list[str]:
-    return ["--hf_assets_path", root, "--dataloader.dataset_path",
-            os.path.join(root, "data")]
+    """The job's tokenizer and dataset on the generated assets. The dataset is read as
+    torchtitan's ``c4_test`` (``load_dataset(path, split="train")`` on local JSON): the
+    ``c4`` loader asks the path for the ``en`` configuration, which only the Hub's
+    ``allenai/c4`` has (``BuilderConfig 'en' not found`` on a local folder)."""
+    return ["--hf_assets_path", root, "--dataloader.dataset", "c4_test",
+            "--dataloader.dataset_path", os.path.join(root, "data")]
 
 
 def trainer_config(argv: list[str], dims: ModelDims | None = None):
@@ -139,8 +213,19 @@ def trainer_config(argv: list[str], dims: ModelDims | None = None):
     from torchtitan.config import ConfigManager
     config = ConfigManager().parse_args(with_cpu_flags(argv))
     if dims is not None:
+        if config.model_spec.name != "llama3":
+            # Another module's parallelize / pipelining functions expect its own model
+            # (deepseek_v3's its MTP layers): the measured decoder comes with llama3's.
+            config.model_spec = llama3_model_spec()
         config.model_spec.model = llama3_model_config(dims)
     return config
+
+
+def llama3_model_spec():
+    """torchtitan's llama3 ``ModelSpec`` (its parallelize and pipelining functions); the
+    caller sets ``model``."""
+    from torchtitan.models.llama3 import model_registry
+    return model_registry("debugmodel")
 
 
 def single_process_env() -> None:

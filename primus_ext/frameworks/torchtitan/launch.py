@@ -30,6 +30,10 @@ OWN_HELP = {
     "--target-gpus-per-node": "GPUs per target node (default: the hardware's)",
     "--target-hardware": "hardware preset of the target (default h100)",
     "--projection-out": "write the Estimate JSON here",
+    "--measure-memory-gib": "hybrid: memory the measurement may use on this machine "
+                            "(default: half the free memory, at most 6 GiB)",
+    "--measure-max-seconds": "hybrid: estimated compute the measurement may take "
+                             "(default 150)",
 }
 MEASURE_MODULE = "primus_ext.frameworks.torchtitan.measure"
 
@@ -47,7 +51,13 @@ def split_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--target-gpus-per-node", type=int, default=None)
     p.add_argument("--target-hardware", default="h100")
     p.add_argument("--projection-out", default=None)
+    p.add_argument("--measure-memory-gib", type=float, default=None)
+    p.add_argument("--measure-max-seconds", type=float, default=None)
     own, rest = p.parse_known_args(argv)
+    for flag in ("measure_memory_gib", "measure_max_seconds"):
+        v = getattr(own, flag)
+        if v is not None and not v > 0:
+            raise ValueError(f"--{flag.replace('_', '-')}={v} must be > 0")
     if own.target_nodes is not None and own.target_nodes < 1:
         raise ValueError(f"--target-nodes={own.target_nodes} must be >= 1")
     if own.target_gpus_per_node is not None and own.target_gpus_per_node < 1:
@@ -97,20 +107,28 @@ def project_only(own: argparse.Namespace, titan: list[str]) -> dict:
     if backend == "hybrid":
         import importlib
         measure = importlib.import_module(MEASURE_MODULE)
-        result = measure.run_measurement(spec, titan)  # every local rank measures
+        opts = measure.TitanMeasureOptions(memory_gib=own.measure_memory_gib,
+                                           max_seconds=own.measure_max_seconds)
+        result = measure.run_measurement(spec, titan, opts)  # every local rank measures
         if _rank() != 0 or result is None:
             return {}
-        est = result
+        est, prov = result, None
         if not hasattr(result, "step_time_s"):  # a Profile: restore the target from it
+            from primus_ext.measure.provenance import provenance
             from primus_ext.project.from_profile import project_from_profile
             est = project_from_profile(result, spec)
+            prov = provenance(result, spec)
     else:
         if _rank() != 0:
             return {}
         from primus_ext.project.estimate import project
-        est = project(spec)
+        est, prov = project(spec), None
     from primus_ext.modes.project import print_estimate
     print_estimate(spec, est)
+    if prov is not None:  # what was measured, what simulated, what the downscale left out
+        from primus_ext.measure.provenance import provenance_lines
+        for line in provenance_lines(prov):
+            print(line)
     print(f"backend: {backend}; framework: torchtitan ({ta.registry.module}/"
           f"{ta.registry.config}); target {spec.world_size} x "
           f"{spec.cluster.hardware.name}")
@@ -161,4 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:
+        from primus_ext.measure.plan import MeasurementDoesNotFit
+        if not isinstance(exc, MeasurementDoesNotFit):
+            raise
+        if _rank() == 0:
+            print(str(exc), file=sys.stderr, flush=True)
+        return 3
     return 0

@@ -42,6 +42,8 @@ class TitanMeasureOptions:
     capture_only: bool = False  # one step, no timing use (set when the target is not cpu)
     target_overrides: tuple[str, ...] = ()
     assets_dir: str | None = None  # None: a temporary directory
+    memory_gib: float | None = None  # the local budget (measure/budget.py); None: default
+    max_seconds: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("repeats", "num_microbatches", "layers_per_kind"):
@@ -60,7 +62,7 @@ _REPLACED = ("--parallelism.data_parallel_shard_degree",
              "--parallelism.pipeline_parallel_microbatch_size",
              "--training.local_batch_size", "--training.global_batch_size",
              "--training.seq_len", "--training.steps", "--hf_assets_path",
-             "--dataloader.dataset_path", "--dump_folder", "--metrics.log_freq",
+             "--dataloader.dataset", "--dataloader.dataset_path", "--dump_folder", "--metrics.log_freq",
              "--parallelism.fsdp_reshard_after_forward")
 
 
@@ -97,6 +99,10 @@ def measured_argv(argv: list[str], down_spec: RunSpec, world: int, steps: int,
         "--parallelism.data_parallel_shard_degree", str(shard),
         "--parallelism.tensor_parallel_degree", str(p.tp),
         "--parallelism.context_parallel_degree", str(p.cp),
+        # The config's own defaults otherwise stand (deepseek_v3_16b: EP 8), on a layout
+        # of fewer processes.
+        "--parallelism.expert_parallel_degree", str(p.ep),
+        "--parallelism.pipeline_parallel_degree", "1",
         "--training.local_batch_size", str(mbs),
         "--training.global_batch_size", str(mbs * shard * num_microbatches),
         "--training.seq_len", str(t.seq_length), "--training.steps", str(steps),
@@ -146,11 +152,7 @@ def run_measurement(spec: RunSpec, argv: list[str],
     from primus_ext.measure.tracer import install_tracer
     tracer = install_tracer()
     from primus_ext.frameworks.torchtitan import build
-    from primus_ext.frameworks.torchtitan.hooks import TitanTimer
-    from primus_ext.frameworks.torchtitan.step import StepRunner
     from primus_ext.measure.downscale import downscale
-    from primus_ext.measure.functional_tracer import FunctionalCollectiveMode
-    from primus_ext.measure.hooks import _median
     from primus_ext.presets.overrides import apply_overrides
 
     build.single_process_env()
@@ -164,13 +166,96 @@ def run_measurement(spec: RunSpec, argv: list[str],
     # A torchtitan target's dp_shard counts the target's ranks; the downscaled run's FSDP2
     # degree is what its processes leave (-1, torchtitan's own "the remaining ranks").
     pre = ["parallel.dp_shard=-1"] if torchtitan else []
-    down = downscale(apply_overrides(spec, pre) if pre else spec, world, "cpu",
-                     layers_per_kind=opts.layers_per_kind,
-                     num_microbatches=opts.num_microbatches)
+    target = apply_overrides(spec, pre) if pre else spec
+    gaps, fatal = build.llama3_gaps(spec.model)
+    if fatal or (gaps and not opts.capture_only):
+        from primus_ext.measure.plan import MeasurementNotBuilt
+        why = fatal or ("its layer times would be a llama3-style decoder's, without "
+                        + "; ".join(gaps))
+        raise MeasurementNotBuilt(f"primus-ext: the measurement cannot run this line: "
+                                  f"{why}; use --projection-backend simulate (analytic, "
+                                  "no measurement)")
+
+    def down_of(c):
+        return downscale(target, world, "cpu", layers_per_kind=c.layers_per_kind,
+                         num_microbatches=c.num_microbatches, seq_length=c.seq_length,
+                         vocab_size=c.vocab_size)
+    plan, own_pg = _agreed_plan(lambda: _plan(target, down_of, world, opts), world)
+    try:
+        return _run_planned(spec, argv, opts, plan, down_of, pre, world, patches, tracer)
+    finally:
+        import torch.distributed as dist
+        if own_pg and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _plan(target: RunSpec, down_of, world: int, opts: TitanMeasureOptions):
+    """measure/plan.py's plan for the measured run on this CPU. torchtitan always builds
+    its optimizer, so that step of the ladder is left out; a capture (one step: the
+    target's hardware is not this CPU) allocates AdamW's moments only at the step's end,
+    after the backward's transient buffers are gone, and uses no optimizer time: its
+    peak is planned without them, as megatron-core's capture builds no optimizer."""
+    from primus_ext.measure.budget import local_budget, local_processes
+    from primus_ext.measure.plan import Candidate, plan_measurement
+    contention = opts.contention and not opts.capture_only
+    neighbours = max((os.cpu_count() or 1) - world, 0) if contention else 0
+    budget = local_budget(opts.memory_gib, opts.max_seconds, cuda=False,
+                          num_local_processes=local_processes(world) + neighbours)
+    req = Candidate(layers_per_kind=opts.layers_per_kind,
+                    num_microbatches=opts.num_microbatches, optimizer=not opts.capture_only)
+    from primus_ext.frameworks.torchtitan.build import proxy_spec
+    return plan_measurement(
+        target, lambda c: proxy_spec(down_of(c).spec), req, hardware="cpu", use_te=False,
+        num_processes=budget.num_processes, budget_bytes=budget.memory_bytes,
+        seconds_budget=budget.seconds, base_bytes=budget.base_bytes, warmup=opts.warmup,
+        repeats=opts.repeats, capture=opts.capture_only, contention=contention,
+        cuda=False, optimizer_optional=False)
+
+
+def _agreed_plan(make, world: int):
+    """(the plan, whether this call created the process group): made on rank 0 and
+    broadcast, so that every rank builds the same run (the budget reads this machine's
+    free memory). With several processes the group stays up for the trainer's build
+    (``build.build_trainer`` then skips torchtitan's own init)."""
+    if world == 1:
+        return make(), False
+    import torch.distributed as dist
+    own = not dist.is_initialized()
+    if own:
+        dist.init_process_group("gloo")
+    box = [make() if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0], own
+
+
+def _run_planned(spec, argv, opts, plan, down_of, pre, world, patches, tracer):
+    """The measurement of the planned downscale (run_measurement's second half)."""
+    from primus_ext.frameworks.torchtitan import build
+    from primus_ext.frameworks.torchtitan.hooks import TitanTimer
+    from primus_ext.frameworks.torchtitan.step import StepRunner
+    from primus_ext.measure.functional_tracer import FunctionalCollectiveMode
+    from primus_ext.measure.hooks import _median
+    from primus_ext.measure.plan import MeasurementDoesNotFit
+    from primus_ext.presets.overrides import apply_overrides
+    if not plan.fits:
+        raise MeasurementDoesNotFit(plan.need_line(spec))
+    cand = plan.candidate
+    opts = dataclasses.replace(opts, num_microbatches=cand.num_microbatches,
+                               layers_per_kind=cand.layers_per_kind)
+    torchtitan = getattr(spec, "framework", "megatron") == "torchtitan"
+    down = down_of(cand)
     down = dataclasses.replace(down, overrides=tuple(pre) + tuple(down.overrides))
     p = down.spec.parallel
     extra: list[str] = []
     rules = list(down.rules)
+    gaps, _ = build.llama3_gaps(spec.model)
+    if gaps:
+        rules.append("model: measured as a llama3-style decoder with the target's per-rank "
+                     "dims, without " + "; ".join(gaps) + " (a capture: the times are the "
+                     "simulate backend's, which models them)")
+    if int(os.environ.get("RANK", "0")) == 0:
+        for line in [plan.summary(spec)] + ["  downscale: " + x for x in plan.steps]:
+            print("primus-ext: " + line, file=sys.stderr, flush=True)
     if world != p.tp * p.cp:
         shard = world // (p.tp * p.cp)
         # FSDP2 in a torchtitan spec is its dp_shard axis; a megatron-core spec names
@@ -210,14 +295,16 @@ def run_measurement(spec: RunSpec, argv: list[str],
             profile = _measure(trainer, spec, down, timing_spec, world, opts, tracer,
                                patches, rules, extra, neighbours, TitanTimer,
                                lambda t, timer: StepRunner(t, timer, pipe),
-                               FunctionalCollectiveMode, _median)
+                               FunctionalCollectiveMode, _median,
+                               plan_note=plan.summary(spec))
         finally:
             build.teardown(trainer)
     return profile
 
 
 def _measure(trainer, spec, down, timing_spec, world, opts, tracer, patches, rules, extra,
-             neighbours, TitanTimer, StepRunner, FunctionalCollectiveMode, _median):
+             neighbours, TitanTimer, StepRunner, FunctionalCollectiveMode, _median,
+             plan_note: str = ""):
     import contextlib
 
     from primus_ext.measure.aggregate import _collectives, _gather_collectives, _gather_max, \
@@ -275,6 +362,8 @@ def _measure(trainer, spec, down, timing_spec, world, opts, tracer, patches, rul
     shapes["attention_backend"] = "flash"  # SDPA (the CPU's fused attention kernel)
     notes = ["framework: torchtitan",
              "patches: " + ", ".join(patches) if patches else "patches: none (CUDA)"]
+    if plan_note:
+        notes.append(plan_note)
     if opts.target_overrides:
         notes.append("target given as: " + " ".join(opts.target_overrides))
     return Profile(
