@@ -1,5 +1,5 @@
-"""mode=measure: measure a downscaled real megatron-core run of the composed target on the
-local device(s) and save its Profile.
+"""mode=measure: measure a downscaled real megatron-core (or torchtitan) run of the
+composed target on the local device(s) and save its Profile.
 
     primus-ext mode=measure model=llama3.1_8b parallel.tp=8 cluster.num_nodes=4 \\
         profile=llama8b.profile.json
@@ -27,6 +27,11 @@ Options (optional keys, ``+measure.KEY=VALUE``):
 - ``memory_gib`` (device's): the memory budget (CPU: all local processes together,
   default half of MemAvailable, at most 6 GiB; GPU: per device, 90% of its free memory);
 - ``max_seconds`` (150 on a CPU, 300 on a GPU): the estimated compute budget.
+
+With ``framework=torchtitan`` the run measured is torchtitan's own Trainer on the line
+the spec stands for (``frameworks/torchtitan/measure.py``), planned the same way; it takes
+``warmup``, ``repeats``, ``num_microbatches``, ``layers_per_kind``, ``contention``,
+``memory_gib`` and ``max_seconds``.
 
 The profile goes to ``profile=`` or, when that is null, to ``profile.json`` in the run
 directory. Then: ``mode=project backend=profile profile=FILE``.
@@ -91,15 +96,37 @@ def summary_rows(profile) -> list[tuple]:
     return rows
 
 
+# measure.* keys the torchtitan measurement takes (frameworks/torchtitan/measure.py).
+TITAN_KEYS = ("warmup", "repeats", "num_microbatches", "layers_per_kind", "contention",
+              "memory_gib", "max_seconds")
+
+
+def _titan_measure(spec, cfg, overrides: tuple[str, ...]):
+    """framework=torchtitan: the downscaled run of torchtitan's own Trainer, from the
+    line the spec stands for (``flags.titan_argv``)."""
+    from primus_ext.frameworks.torchtitan.flags import titan_argv
+    from primus_ext.frameworks.torchtitan.measure import TitanMeasureOptions, run_measurement
+    raw = dict(cfg.get("measure") or {})
+    raw.pop("help", None)
+    unknown = sorted(set(raw) - set(TITAN_KEYS))
+    if unknown:
+        raise ValueError(f"measure.{unknown[0]} is not a measure option of a torchtitan "
+                         f"run; known: {', '.join(TITAN_KEYS)}")
+    return run_measurement(spec, titan_argv(spec),
+                           TitanMeasureOptions(target_overrides=overrides, **raw))
+
+
 def run(cfg) -> dict:
     if (cfg.get("measure") or {}).get("help"):
         print(options_help())
         return {}
-    from primus_ext.frameworks.megatron.build import prepare_runtime
-    prepare_runtime()  # tracer before megatron.core is imported
-    from primus_ext.frameworks.megatron.runner import MeasurementDoesNotFit, measure
-
     spec = spec_from_cfg(cfg)
+    titan = spec.framework == "torchtitan"
+    if not titan:
+        from primus_ext.frameworks.megatron.build import prepare_runtime
+        prepare_runtime()  # tracer before megatron.core is imported
+    from primus_ext.measure.plan import MeasurementDoesNotFit
+
     if cfg.get("profile"):  # fail before the measurement, not after it
         from primus_ext.util.files import output_path
         output_path(cfg.profile, "profile")
@@ -110,7 +137,11 @@ def run(cfg) -> dict:
     except ValueError:
         pass
     try:
-        profile = measure(spec, _options(cfg, overrides))
+        if titan:
+            profile = _titan_measure(spec, cfg, overrides)
+        else:
+            from primus_ext.frameworks.megatron.runner import measure
+            profile = measure(spec, _options(cfg, overrides))
     except MeasurementDoesNotFit as exc:
         import sys
         if int(os.environ.get("RANK", "0")) == 0:

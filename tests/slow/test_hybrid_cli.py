@@ -44,3 +44,21 @@ def test_measure_then_project(tmp_path):
 def test_bad_measure_option_is_one_clear_error(tmp_path):
     res = _app(["mode=measure", *COMMON, "+measure.repeatz=2"], tmp_path)
     assert res.returncode == 2 and "measure.repeatz is not a measure option" in res.stderr
+
+
+def test_torchtitan_target_is_measured_with_torchtitan(tmp_path):
+    """framework=torchtitan measures torchtitan's own Trainer (its notes say so), not a
+    megatron-core model of the same shape, and refuses megatron-core-only options."""
+    pytest.importorskip("torchtitan")
+    prof = tmp_path / "t.json"
+    titan = ["mode=measure", "framework=torchtitan", "model=llama3_debugmodel",
+             "cluster.hardware=cpu", "cluster.gpus_per_node=1", "train.seq_length=256",
+             "train.global_batch_size=8", f"profile={prof}"]
+    res = _app(titan + ["+measure.repeats=1", "+measure.warmup=0",
+                        "+measure.contention=false"], tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    notes = json.loads(prof.read_text())["notes"]
+    assert "framework: torchtitan" in notes
+    res = _app(titan + ["+measure.microbench=false"], tmp_path)
+    assert res.returncode == 2
+    assert "measure.microbench is not a measure option of a torchtitan run" in res.stderr
