@@ -53,15 +53,20 @@ def options_help() -> str:
     return doc[doc.index("Before anything"):].strip()
 
 
-def _options(cfg, overrides: tuple[str, ...]):
-    from primus_ext.frameworks.megatron.runner import MeasureOptions
+def _raw_options(cfg, known: tuple[str, ...], what: str = "") -> dict:
+    """The ``+measure.KEY`` values, each one of ``known`` (one error naming the key)."""
     raw = dict(cfg.get("measure") or {})
     raw.pop("help", None)
-    unknown = sorted(set(raw) - set(OPTION_KEYS))
+    unknown = sorted(set(raw) - set(known))
     if unknown:
-        raise ValueError(f"measure.{unknown[0]} is not a measure option; known: "
-                         f"{', '.join(OPTION_KEYS)}")
-    return MeasureOptions(target_overrides=overrides, **raw)
+        raise ValueError(f"measure.{unknown[0]} is not a measure option{what}; known: "
+                         f"{', '.join(known)}")
+    return raw
+
+
+def _options(cfg, overrides: tuple[str, ...]):
+    from primus_ext.frameworks.megatron.runner import MeasureOptions
+    return MeasureOptions(target_overrides=overrides, **_raw_options(cfg, OPTION_KEYS))
 
 
 def _out_path(cfg) -> str:
@@ -106,12 +111,7 @@ def _titan_measure(spec, cfg, overrides: tuple[str, ...]):
     line the spec stands for (``flags.titan_argv``)."""
     from primus_ext.frameworks.torchtitan.flags import titan_argv
     from primus_ext.frameworks.torchtitan.measure import TitanMeasureOptions, run_measurement
-    raw = dict(cfg.get("measure") or {})
-    raw.pop("help", None)
-    unknown = sorted(set(raw) - set(TITAN_KEYS))
-    if unknown:
-        raise ValueError(f"measure.{unknown[0]} is not a measure option of a torchtitan "
-                         f"run; known: {', '.join(TITAN_KEYS)}")
+    raw = _raw_options(cfg, TITAN_KEYS, " of a torchtitan run")
     return run_measurement(spec, titan_argv(spec),
                            TitanMeasureOptions(target_overrides=overrides, **raw))
 
