@@ -287,6 +287,12 @@ _NOT_MODELLED = {
         "--linear-num-key-heads --linear-num-value-heads --linear-value-head-dim"),
     "pipeline P2P overlapped in warm-up and flush (the schedule's P2P is timed "
     "without it)": "--overlap-p2p-communication-warmup-flush",
+    "flags of Megatron-LM's dev branch (d48bd6be0a, 2026-08-21) that neither "
+    "core_v0.16.1 nor main has: optimizer states offloaded to host memory between steps "
+    "(the memory model keeps them on the device, the copies are not costed), offloading "
+    "held back until CUDA-graph capture, separate pipeline send/receive groups": (
+        "--offload-optimizer-states --delay-offload-until-cuda-graph "
+        "--use-separate-send-recv-groups"),
     "Muon's step other than 5 Newton-Schulz iterations in BF16 on the q/k/v blocks "
     "of each TP shard, without Nesterov momentum (project/muon_step.py)": (
         "--muon-num-ns-steps --muon-no-split-qkv --muon-tp-mode --muon-fp32-matmul-prec "
