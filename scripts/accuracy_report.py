@@ -31,6 +31,7 @@ from primus_ext.published import DEFAULT_PATH, read_runs  # noqa: E402
 from primus_ext.published.golden import as_runs, read_golden  # noqa: E402
 from scripts.band_report import band_section  # noqa: E402
 from scripts.bridge_report import bridge_section  # noqa: E402
+from scripts.moe_recipes import recipes_section  # noqa: E402
 from scripts.golden_report import golden_section  # noqa: E402
 
 OUT = ROOT / "docs" / "accuracy.md"
@@ -344,6 +345,7 @@ def report(loso: bool = True) -> str:
         lines += [*loso_table(held, seconds), "", *band_section(held, runs), ""]
     lines += [*golden_section(calib, lofo=loso), ""]
     lines += [*bridge_section(calib), ""]
+    lines += [*recipes_section(), ""]
     lines += [LIMITS]
     lines += rows_table(results, {r.run_id: r for r in runs})
     lines += ["", "Calibration meta: `" + json.dumps(calib.meta, sort_keys=True) + "`", ""]

@@ -62,8 +62,8 @@ _REPLACED = ("--parallelism.data_parallel_shard_degree",
              "--parallelism.pipeline_parallel_microbatch_size",
              "--training.local_batch_size", "--training.global_batch_size",
              "--training.seq_len", "--training.steps", "--hf_assets_path",
-             "--dataloader.dataset", "--dataloader.dataset_path", "--dump_folder", "--metrics.log_freq",
-             "--parallelism.fsdp_reshard_after_forward")
+             "--dataloader.dataset", "--dataloader.dataset_path", "--dump_folder",
+             "--metrics.log_freq", "--parallelism.fsdp_reshard_after_forward")
 
 
 def strip_flags(argv: list[str], names=_REPLACED) -> list[str]:
