@@ -46,7 +46,11 @@ class MeasurementDoesNotFit(RuntimeError):
 
 
 class MeasurementNotBuilt(MeasurementDoesNotFit):
-    """The measured framework cannot build the run's layers; the message says why."""
+    """The measured framework cannot build the run's layers; ``why`` names the field."""
+
+    def __init__(self, why: str):
+        super().__init__(f"primus-ext: the measurement cannot run this line: {why}; use "
+                         "--projection-backend simulate (analytic, no measurement)")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -59,8 +59,6 @@ class MeasureOptions:
     progress: bool = True  # rank 0 reports each step on stderr
 
 
-
-
 def local_hardware() -> str:
     if not torch.cuda.is_available():
         return "cpu"
@@ -104,9 +102,7 @@ def measure(target: RunSpec, opts: MeasureOptions = MeasureOptions()) -> Profile
 
     why = not_built(target)
     if why:
-        raise MeasurementNotBuilt(f"primus-ext: the measurement cannot run this line: {why}; "
-                                  "use --projection-backend simulate (analytic, no "
-                                  "measurement)")
+        raise MeasurementNotBuilt(why)
     patches = prepare_runtime()
     rank, world = init_distributed()
     hw = opts.local_hardware or local_hardware()

@@ -73,54 +73,6 @@ class ModelDims:
         return cls(**d)
 
 
-def llama3_gaps(model) -> tuple[list[str], str | None]:
-    """What a ``ModelSpec`` has that the measured llama3-style decoder
-    (``llama3_model_config``) does not build, and why it cannot be built at all (None:
-    it can): the measured run keeps each rank's hidden size, heads, head dim, query
-    groups, q/k norms, FFN and vocabulary, in torchtitan's Llama 3 blocks (RMSNorm,
-    SwiGLU, RoPE, no biases)."""
-    m = model
-    gaps = []
-    if m.is_moe:
-        gaps.append(f"MoE layers ({m.num_moe_experts} experts, top-{m.moe_router_topk}; "
-                    "measured as dense SwiGLU FFNs)")
-    if m.multi_latent_attention:
-        gaps.append("multi-latent attention")
-    if m.window_size is not None:
-        gaps.append(f"sliding-window attention (window {m.window_size})")
-    if m.activation != "swiglu":
-        gaps.append(f"activation {m.activation} (SwiGLU measured)")
-    if m.normalization != "RMSNorm":
-        gaps.append(f"{m.normalization} (RMSNorm measured)")
-    if m.add_bias_linear or m.add_qkv_bias:
-        gaps.append("linear biases")
-    if m.mtp_num_layers:
-        gaps.append("MTP layers")
-    return gaps, None
-
-
-def proxy_spec(spec):
-    """``spec`` as the measured run builds it: a llama3-style dense decoder with the
-    same per-rank dims (``llama3_gaps`` lists what it leaves out): what the measurement
-    plan sizes."""
-    from primus_ext.presets.overrides import apply_overrides
-    m = spec.model
-    ov = []
-    if m.is_moe:
-        ov += ["model.num_moe_experts=null", "model.moe_first_k_dense=0",
-               "model.moe_shared_expert_intermediate_size=null",
-               f"model.ffn_hidden_size={m.dense_ffn_size}"]
-    if m.multi_latent_attention:
-        ov.append("model.multi_latent_attention=false")
-    if m.window_size is not None:
-        ov.append("model.window_size=null")
-    if m.mtp_num_layers:
-        ov.append("model.mtp_num_layers=0")
-    ov += ["model.activation=swiglu", "model.normalization=RMSNorm",
-           "model.add_bias_linear=false", "model.add_qkv_bias=false"]
-    return apply_overrides(spec, ov)
-
-
 def llama3_model_config(dims: ModelDims):
     """torchtitan's ``Llama3Model.Config`` with ``dims`` (untied embeddings, SwiGLU FFN of
     ``ffn_hidden_size``, GQA, complex RoPE as the 8B flavour); attention by the registry's

@@ -23,6 +23,8 @@ import json
 import os
 import sys
 
+from primus_ext.measure.plan import MeasurementDoesNotFit
+
 OWN_HELP = {
     "--project-only": "project the step on the target instead of training",
     "--projection-backend": "simulate | hybrid (default: hybrid when installed)",
@@ -179,10 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except RuntimeError as exc:
-        from primus_ext.measure.plan import MeasurementDoesNotFit
-        if not isinstance(exc, MeasurementDoesNotFit):
-            raise
+    except MeasurementDoesNotFit as exc:
         if _rank() == 0:
             print(str(exc), file=sys.stderr, flush=True)
         return 3

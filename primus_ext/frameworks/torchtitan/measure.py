@@ -152,6 +152,8 @@ def run_measurement(spec: RunSpec, argv: list[str],
     from primus_ext.measure.tracer import install_tracer
     tracer = install_tracer()
     from primus_ext.frameworks.torchtitan import build
+    from primus_ext.frameworks.torchtitan.measure_plan import agreed_plan, plan_for
+    from primus_ext.frameworks.torchtitan.proxy import llama3_gaps
     from primus_ext.measure.downscale import downscale
     from primus_ext.presets.overrides import apply_overrides
 
@@ -167,68 +169,27 @@ def run_measurement(spec: RunSpec, argv: list[str],
     # degree is what its processes leave (-1, torchtitan's own "the remaining ranks").
     pre = ["parallel.dp_shard=-1"] if torchtitan else []
     target = apply_overrides(spec, pre) if pre else spec
-    gaps, fatal = build.llama3_gaps(spec.model)
-    if fatal or (gaps and not opts.capture_only):
+    gaps = llama3_gaps(spec.model)
+    if gaps and not opts.capture_only:
         from primus_ext.measure.plan import MeasurementNotBuilt
-        why = fatal or ("its layer times would be a llama3-style decoder's, without "
-                        + "; ".join(gaps))
-        raise MeasurementNotBuilt(f"primus-ext: the measurement cannot run this line: "
-                                  f"{why}; use --projection-backend simulate (analytic, "
-                                  "no measurement)")
+        raise MeasurementNotBuilt("its layer times would be a llama3-style decoder's, "
+                                  "without " + "; ".join(gaps))
 
     def down_of(c):
         return downscale(target, world, "cpu", layers_per_kind=c.layers_per_kind,
                          num_microbatches=c.num_microbatches, seq_length=c.seq_length,
                          vocab_size=c.vocab_size)
-    plan, own_pg = _agreed_plan(lambda: _plan(target, down_of, world, opts), world)
+    plan, own_pg = agreed_plan(lambda: plan_for(target, down_of, world, opts), world)
     try:
-        return _run_planned(spec, argv, opts, plan, down_of, pre, world, patches, tracer)
+        return _run_planned(spec, argv, opts, plan, down_of, pre, world, patches, tracer,
+                            gaps)
     finally:
         import torch.distributed as dist
         if own_pg and dist.is_initialized():
             dist.destroy_process_group()
 
 
-def _plan(target: RunSpec, down_of, world: int, opts: TitanMeasureOptions):
-    """measure/plan.py's plan for the measured run on this CPU. torchtitan always builds
-    its optimizer, so that step of the ladder is left out; a capture (one step: the
-    target's hardware is not this CPU) allocates AdamW's moments only at the step's end,
-    after the backward's transient buffers are gone, and uses no optimizer time: its
-    peak is planned without them, as megatron-core's capture builds no optimizer."""
-    from primus_ext.measure.budget import local_budget, local_processes
-    from primus_ext.measure.plan import Candidate, plan_measurement
-    contention = opts.contention and not opts.capture_only
-    neighbours = max((os.cpu_count() or 1) - world, 0) if contention else 0
-    budget = local_budget(opts.memory_gib, opts.max_seconds, cuda=False,
-                          num_local_processes=local_processes(world) + neighbours)
-    req = Candidate(layers_per_kind=opts.layers_per_kind,
-                    num_microbatches=opts.num_microbatches, optimizer=not opts.capture_only)
-    from primus_ext.frameworks.torchtitan.build import proxy_spec
-    return plan_measurement(
-        target, lambda c: proxy_spec(down_of(c).spec), req, hardware="cpu", use_te=False,
-        num_processes=budget.num_processes, budget_bytes=budget.memory_bytes,
-        seconds_budget=budget.seconds, base_bytes=budget.base_bytes, warmup=opts.warmup,
-        repeats=opts.repeats, capture=opts.capture_only, contention=contention,
-        cuda=False, optimizer_optional=False)
-
-
-def _agreed_plan(make, world: int):
-    """(the plan, whether this call created the process group): made on rank 0 and
-    broadcast, so that every rank builds the same run (the budget reads this machine's
-    free memory). With several processes the group stays up for the trainer's build
-    (``build.build_trainer`` then skips torchtitan's own init)."""
-    if world == 1:
-        return make(), False
-    import torch.distributed as dist
-    own = not dist.is_initialized()
-    if own:
-        dist.init_process_group("gloo")
-    box = [make() if dist.get_rank() == 0 else None]
-    dist.broadcast_object_list(box, src=0)
-    return box[0], own
-
-
-def _run_planned(spec, argv, opts, plan, down_of, pre, world, patches, tracer):
+def _run_planned(spec, argv, opts, plan, down_of, pre, world, patches, tracer, gaps):
     """The measurement of the planned downscale (run_measurement's second half)."""
     from primus_ext.frameworks.torchtitan import build
     from primus_ext.frameworks.torchtitan.hooks import TitanTimer
@@ -248,7 +209,6 @@ def _run_planned(spec, argv, opts, plan, down_of, pre, world, patches, tracer):
     p = down.spec.parallel
     extra: list[str] = []
     rules = list(down.rules)
-    gaps, _ = build.llama3_gaps(spec.model)
     if gaps:
         rules.append("model: measured as a llama3-style decoder with the target's per-rank "
                      "dims, without " + "; ".join(gaps) + " (a capture: the times are the "
