@@ -4,10 +4,12 @@ TFLOP/s/GPU its index prints. Never fitted: an out-of-sample check on real lines
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
 
+from primus_ext.presets import list_presets
 from primus_ext.project.validate import percentile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,3 +44,12 @@ def test_every_recipe_is_projected_or_refused_in_one_line(rows):
 def test_recipes_land_near_their_published_throughput(rows):
     errs = [abs(r["error"]) for r in rows if "error" in r]
     assert percentile(errs, 50) <= 0.12 and percentile(errs, 90) <= 0.35, errs
+
+
+def test_every_recipe_with_a_figure_runs_on_a_hardware_preset():
+    """GB300 and B300 (Blackwell Ultra) have presets from their datasheets: no recipe
+    with a published figure is skipped for want of one."""
+    data = json.loads(R.OUT.read_text())
+    presets = set(list_presets("hardware"))
+    assert {r["hardware"] for r in data["recipes"]} <= presets
+    assert not [r["name"] for r in data["recipes"] if r["skip"] and "preset" in r["skip"]]

@@ -34,9 +34,9 @@ from primus_ext.measure.progress import Progress
 from primus_ext.measure.routing import RoutingRecorder
 from primus_ext.spec import RunSpec
 
-_GPU_PRESETS = (("GB200", "gb200"), ("B200", "b200"), ("H200", "h200"), ("H800", "h800"),
-                ("H100", "h100"), ("A100", "a100"), ("MI355", "mi355x"),
-                ("MI325", "mi325x"), ("MI300", "mi300x"))
+_GPU_PRESETS = (("GB300", "gb300"), ("GB200", "gb200"), ("B300", "b300"), ("B200", "b200"),
+                ("H200", "h200"), ("H800", "h800"), ("H100", "h100"), ("A100", "a100"),
+                ("MI355", "mi355x"), ("MI325", "mi325x"), ("MI300", "mi300x"))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
