@@ -149,14 +149,23 @@ def routing_spread_factor(sh) -> float:
     - forced balancing (``moe_router_force_load_balancing``) or mock data
       (``train.moe_routing_data='mock'``: random token ids, routed at random): uniform
       random routing over the group's ``ep * etp * sp_tokens`` tokens (``random_spread``);
-    - a learned router on text: the random spread and the router's own skew
-      (``learned_rank_cv``) add in quadrature before the busiest of ``ep`` is taken."""
+    - Sinkhorn balancing (``moe_router_load_balancing_type='sinkhorn'``, megatron-core
+      ``TopKRouter.sinkhorn_load_balancing``): the top-k is taken on ``moe_utils.sinkhorn``
+      of each micro-batch's logits, whose column scaling equalises every expert's mass
+      over the micro-batch and so cancels any per-expert skew of the router; what is left
+      is the draw, at most uniform random routing's (``random_spread``;
+      tests/compute/test_layer_ops.py runs megatron-core's own sinkhorn on skewed logits);
+    - a learned router on text with a balancing loss (aux, sequence or global aux loss,
+      or none; the expert bias of aux-loss-free balancing is not told apart: no measured
+      skew of it): the random spread and the router's own skew (``learned_rank_cv``) add
+      in quadrature before the busiest of ``ep`` is taken."""
     m, t = sh.model, sh.train
     if sh.ep <= 1 or m.moe_expert_capacity_factor is not None or t.moe_router_exact_balance:
         return 1.0
     e, k, ep = m.num_moe_experts, m.moe_router_topk, sh.ep
     rand = random_spread(e, k, ep, ep * sh.etp * sh.sp_tokens) - 1.0
-    if t.moe_router_force_load_balancing or t.moe_routing_data == "mock":
+    if (t.moe_router_force_load_balancing or t.moe_routing_data == "mock"
+            or sh.par.moe_router_load_balancing_type == "sinkhorn"):
         return 1.0 + rand
     scale = sqrt(ep / (ep - 1)) * expected_max_normal(ep)
     cv = sqrt((rand / scale) ** 2 + learned_rank_cv(e, ep) ** 2)

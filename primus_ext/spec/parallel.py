@@ -118,7 +118,9 @@ class ParallelSpec:
     # instead of SequentialMLP's loop; --moe-permute-fusion / --moe-router-fusion: TE's
     # fused permutation and router kernels; --moe-router-load-balancing-type: 'sinkhorn'
     # balances by Sinkhorn iterations (megatron-core moe_utils.sinkhorn: a host-device
-    # synchronisation per iteration); --moe-flex-dispatcher-backend: DeepEP or HybridEP
+    # synchronisation per iteration; the busiest EP rank then carries uniform routing's
+    # load, not a learned router's skew: compute/routing.py), the loss-based types keep
+    # the learned router's skew; --moe-flex-dispatcher-backend: DeepEP or HybridEP
     # kernels behind the flex dispatcher.
     moe_grouped_gemm: bool = True
     moe_permute_fusion: bool = True

@@ -170,6 +170,45 @@ def test_token_dropping_rows_match_megatron_core(cf, pad):
     assert rows == pytest.approx(float(kept.sum()))
 
 
+def test_sinkhorn_balancing_cancels_the_routers_skew_as_megatron_core_routes():
+    """megatron-core's Sinkhorn routing (TopKRouter.sinkhorn_load_balancing: top-k of
+    moe_utils.sinkhorn of each micro-batch's logits) on logits with a strong per-expert
+    skew, as a learned router has: plain top-k piles the tokens onto a few ranks, Sinkhorn
+    does not, and routing_spread_factor of a Sinkhorn run (uniform random routing's
+    spread, an upper bound) holds the busiest rank it measures."""
+    import torch
+    from megatron.core.transformer.moe.moe_utils import sinkhorn
+
+    from primus_ext.compute.layer_ops import routing_spread_factor
+    experts, topk, ep, seq = 16, 2, 4, 64
+
+    def spec(balancing):
+        return run(mixtral(num_layers=2, num_moe_experts=experts, moe_router_topk=topk),
+                   ep=ep, nodes=1, gpn=4, moe_router_load_balancing_type=balancing,
+                   train=dict(seq_length=seq, global_batch_size=64))
+    g = torch.Generator().manual_seed(0)
+    draws, balanced, plain = 60, [], []
+    for _ in range(draws):
+        skew = 1.5 * torch.randn(experts, generator=g)  # popular and idle experts
+        loads = torch.zeros(experts, dtype=torch.float64)
+        naive = torch.zeros(experts, dtype=torch.float64)
+        for _rank in range(ep):  # each EP rank routes its own micro-batch
+            logits = torch.randn(seq, experts, generator=g) + skew
+            _, idx = torch.topk(sinkhorn(logits.float()), k=topk, dim=1)
+            loads += torch.bincount(idx.flatten(), minlength=experts).double()
+            _, idx = torch.topk(logits, k=topk, dim=1)
+            naive += torch.bincount(idx.flatten(), minlength=experts).double()
+        for out, x in ((balanced, loads), (plain, naive)):
+            ranks = x.view(ep, experts // ep).sum(dim=1)
+            out.append(float(ranks.max() / ranks.mean()))
+    measured, skewed = sum(balanced) / draws, sum(plain) / draws
+    model = routing_spread_factor(Shapes(spec("sinkhorn")))
+    assert skewed > 1.4  # the skew is real
+    assert 1.0 < measured <= model < 1.15
+    # a learned router's balancing loss leaves its skew: the spread is told apart
+    assert routing_spread_factor(Shapes(spec("aux_loss"))) > model + 0.3
+
+
 def test_capacity_factor_rules():
     with pytest.raises(ValueError, match="moe_pad_expert_input_to_capacity"):
         mixtral(moe_pad_expert_input_to_capacity=True)
