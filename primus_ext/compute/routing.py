@@ -155,17 +155,24 @@ def routing_spread_factor(sh) -> float:
       over the micro-batch and so cancels any per-expert skew of the router; what is left
       is the draw, at most uniform random routing's (``random_spread``;
       tests/compute/test_layer_ops.py runs megatron-core's own sinkhorn on skewed logits);
-    - a learned router on text with a balancing loss (aux, sequence or global aux loss,
-      or none; the expert bias of aux-loss-free balancing is not told apart: no measured
-      skew of it): the random spread and the router's own skew (``learned_rank_cv``) add
-      in quadrature before the busiest of ``ep`` is taken."""
+    - aux-loss-free balancing (``--moe-router-enable-expert-bias``, ``parallel.
+      moe_router_terms`` 'expert_bias'): every step megatron-core moves each expert's
+      routing bias by ``moe_router_bias_update_rate`` toward the mean load
+      (``moe_utils.get_updated_expert_bias``), which takes out a systematic skew, and the
+      learned skew is systematic (``LEARNED_EXPERT_LOAD_CV``: the same at every CP
+      degree): the random spread is left (tests/compute/test_layer_ops.py runs
+      megatron-core's own bias updates on a skewed router);
+    - a learned router on text with a balancing loss only (aux, sequence or global aux
+      loss, or none): the random spread and the router's own skew (``learned_rank_cv``)
+      add in quadrature before the busiest of ``ep`` is taken."""
     m, t = sh.model, sh.train
     if sh.ep <= 1 or m.moe_expert_capacity_factor is not None or t.moe_router_exact_balance:
         return 1.0
     e, k, ep = m.num_moe_experts, m.moe_router_topk, sh.ep
     rand = random_spread(e, k, ep, ep * sh.etp * sh.sp_tokens) - 1.0
     if (t.moe_router_force_load_balancing or t.moe_routing_data == "mock"
-            or sh.par.moe_router_load_balancing_type == "sinkhorn"):
+            or sh.par.moe_router_load_balancing_type == "sinkhorn"
+            or "expert_bias" in sh.par.moe_router_terms):
         return 1.0 + rand
     scale = sqrt(ep / (ep - 1)) * expected_max_normal(ep)
     cv = sqrt((rand / scale) ** 2 + learned_rank_cv(e, ep) ** 2)

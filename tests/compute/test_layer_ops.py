@@ -189,7 +189,7 @@ def test_sinkhorn_balancing_cancels_the_routers_skew_as_megatron_core_routes():
     g = torch.Generator().manual_seed(0)
     draws, balanced, plain = 60, [], []
     for _ in range(draws):
-        skew = 1.5 * torch.randn(experts, generator=g)  # popular and idle experts
+        skew = torch.randn(experts, generator=g)  # popular and idle experts
         loads = torch.zeros(experts, dtype=torch.float64)
         naive = torch.zeros(experts, dtype=torch.float64)
         for _rank in range(ep):  # each EP rank routes its own micro-batch
@@ -207,6 +207,36 @@ def test_sinkhorn_balancing_cancels_the_routers_skew_as_megatron_core_routes():
     assert 1.0 < measured <= model < 1.15
     # a learned router's balancing loss leaves its skew: the spread is told apart
     assert routing_spread_factor(Shapes(spec("aux_loss"))) > model + 0.3
+
+
+def test_expert_bias_takes_out_a_systematic_skew_as_megatron_core_updates_it():
+    """megatron-core's aux-loss-free balancing on a router whose experts have a fixed
+    popularity (a per-expert logit offset): its own top-k with the expert bias and its
+    own bias update (get_updated_expert_bias, the default rate 1e-3) over 3000 steps, in
+    a process of its own (expert_bias_routing.py). The first step's busiest EP rank
+    carries the skew; once the bias has settled the busiest rank is uniform routing's,
+    which routing_spread_factor gives a run with the bias."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from primus_ext.compute.layer_ops import routing_spread_factor
+    experts, topk, ep, seq = 16, 2, 4, 64
+    helper = Path(__file__).with_name("expert_bias_routing.py")
+    out = subprocess.run([sys.executable, str(helper), str(experts), str(topk), str(ep),
+                          str(seq), "3000", "1e-3", "0.5", "1"], capture_output=True,
+                         text=True, check=True, timeout=600)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+
+    def spec(terms):
+        return run(mixtral(num_layers=2, num_moe_experts=experts, moe_router_topk=topk),
+                   ep=ep, nodes=1, gpn=4, moe_router_terms=terms,
+                   train=dict(seq_length=seq, global_batch_size=64))
+    model = routing_spread_factor(Shapes(spec(("sigmoid", "expert_bias"))))
+    assert got["first"] > 1.5  # the skew is real
+    assert got["settled"] == pytest.approx(model, abs=0.01)
+    assert routing_spread_factor(Shapes(spec(("aux_loss",)))) > model + 0.3
 
 
 def test_capacity_factor_rules():
