@@ -130,7 +130,9 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   sends a token once per destination rank (NVLink, at DeepEP's / HybridEP's published
   rates) and once per destination node (NIC) with no permute (HybridEP) or one permute
   (DeepEP), and a learned router on text skews the experts' loads (one per-expert CV
-  from the ModelZoo's forced / dropless pairs). Rows still off: the AMD DeepSeek-V2
+  from the ModelZoo's forced / dropless pairs; Sinkhorn balancing and the expert bias of
+  aux-loss-free balancing take that skew out, as megatron-core's own routing does on the
+  CPU). Rows still off: the AMD DeepSeek-V2
   MI355X bars (+25 to +39 %: PP over 4 nodes at one 4096-token micro batch, a stack the
   blog says is launch- and sync-bound; the DeepSeek-V2-Lite bars of the same blog land
   within 16 %); the ModelZoo Megatron-FSDP row (-39 %: FSDP's per-micro-batch expert

@@ -29,6 +29,10 @@ from primus_ext.project.schedule_fast import simulate_fast
 from primus_ext.project.stages import stage_times
 from primus_ext.spec import RunSpec
 
+# Stages whose step ends within this fraction of the last one's are tied by the pipeline
+# (estimate's critical stage).
+TIED_STAGES = 1e-3
+
 
 def schedule_runs(spec: RunSpec) -> int:
     """Pipeline schedules the step runs one after another (``train.
@@ -127,14 +131,15 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
     busy = [runs * b for b in sched.busy_s]
     totals = [runs * sched.step_s + sync.exposed_s[s] + optimizer[s] + replicas[s]
               + host[s].other_s for s in range(spec.parallel.pp)]
-    # The critical stage: the latest to finish; among stages that finish together (the
-    # pipeline ties them) the one with the most work of its own, so that the breakdown
-    # shows the stage that sets the pace rather than one that waits for it.
-    top = max(totals)
-    crit = max((s for s in range(len(totals)) if totals[s] >= top * (1 - 1e-6)),
+    # The critical stage: among the stages that finish together (the pipeline ties
+    # them: within TIED_STAGES of the last; the first stage's embedding or the last's
+    # loss keeps it a little longer after the others are done) the one with the most
+    # work of its own, so that the breakdown shows the stage that sets the pace rather
+    # than one that waits for it. The step ends with the last stage to finish.
+    step_s = max(totals)
+    crit = max((s for s in range(len(totals)) if totals[s] >= step_s * (1 - TIED_STAGES)),
                key=lambda s: busy[s] + sync.exposed_s[s] + optimizer[s]
                + replicas[s])
-    step_s = totals[crit]
     comm = st.comm_s[crit]
     breakdown = {
         "compute_s": m * st.compute_s[crit],
