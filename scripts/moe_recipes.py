@@ -25,7 +25,6 @@ OUT = ROOT / "tests" / "data" / "moe_recipes" / "recipes.json"
 INDEX = "examples/moe_recipes/README.md"
 ROW = re.compile(r'<a href="([^"]+\.yaml)">([^<]*)</a></td>\s*<td>(\d+)</td>\s*<td>([^<]*)'
                  r'</td>\s*<td>([^<]*)</td>\s*<td>([^<]*)</td>\s*<td>([^<]*)</td>')
-GPUS_PER_NODE = {"gb200": 4, "gb300": 4}  # NVL72 compute trays; the others 8
 
 
 def argv_of(args: dict) -> list[str]:
@@ -52,7 +51,7 @@ def _git(repo: str, *args: str) -> str:
 def capture(repo: str, rev: str) -> dict:
     import yaml
 
-    from primus_ext.presets import list_presets
+    from primus_ext.presets import hardware_preset, list_presets
     commit = _git(repo, "rev-parse", rev).strip()
     readme = _git(repo, "show", f"{commit}:{INDEX}")
     presets = set(list_presets("hardware"))
@@ -69,7 +68,9 @@ def capture(repo: str, rev: str) -> dict:
         recipes.append({
             "name": path[:-len(".yaml")].replace("/", "__"), "path": full,
             "model": model, "label": label, "hardware": hardware, "gpus": int(gpus),
-            "gpus_per_node": GPUS_PER_NODE.get(hardware, 8),
+            # the preset's node (NVL72: a compute tray of 4); a GPU without one: 8
+            "gpus_per_node": hardware_preset(hardware).gpus_per_node
+            if hardware in presets else 8,
             "index_layout": layout.strip(), "index_batch": batch.strip(),
             "features": features.strip(),
             "median_tflops_per_gpu": float(tflops) if tflops.strip() else None,

@@ -10,6 +10,10 @@ from __future__ import annotations
 from primus_ext.project.profile import Profile
 from primus_ext.spec import RunSpec
 
+# The note a torchtitan measurement writes into its profile (frameworks/torchtitan/
+# measure.py); a profile without it is megatron-core's.
+TORCHTITAN_NOTE = "framework: torchtitan"
+
 
 def provenance(profile: Profile, target: RunSpec) -> dict:
     same = profile.hardware == target.cluster.hardware.name
@@ -19,7 +23,7 @@ def provenance(profile: Profile, target: RunSpec) -> dict:
         measured.append("saved activation bytes per layer")
     if profile.step.get("executed_flops_per_microbatch"):
         measured.append("executed FLOPs")
-    framework = "torchtitan" if "framework: torchtitan" in profile.notes else "megatron-core"
+    framework = "torchtitan" if TORCHTITAN_NOTE in profile.notes else "megatron-core"
     modelled = ["pipeline schedule", "data-parallel sync"]
     if same:
         measured.insert(0, "per-layer forward/backward times of " + "/".join(profile.layers))

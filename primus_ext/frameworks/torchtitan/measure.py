@@ -320,7 +320,8 @@ def _measure(trainer, spec, down, timing_spec, world, opts, tracer, patches, rul
                 num_expert_params_per_rank=0, loss=None, steps_s=[s["step_s"] for s in steps])
     shapes = rank_shapes(timing_spec)
     shapes["attention_backend"] = "flash"  # SDPA (the CPU's fused attention kernel)
-    notes = ["framework: torchtitan",
+    from primus_ext.measure.provenance import TORCHTITAN_NOTE
+    notes = [TORCHTITAN_NOTE,
              "patches: " + ", ".join(patches) if patches else "patches: none (CUDA)"]
     if plan_note:
         notes.append(plan_note)
