@@ -43,7 +43,10 @@ Every row is one quantity on one rank of a real megatron-core {mcore} `GPTModel`
 GPU run does not, named and sized exactly: **cpu norms** = torch's composite RMSNorm on
 CPU saves the fp32 upcast and fp32 normalised input (+(8 - 2) bytes per element and
 norm) where the fused GPU kernel saves the bf16 input, and CPU LayerNorm keeps mean and
-rstd in bf16 (-4 bytes per row and norm). Every other difference is zero.
+rstd in bf16 (-4 bytes per row and norm); in the quick-GeGLU MoE case it also holds the
+0-dim offset tensor each of the local spec's per-expert calls of the fused activation
+saves (+2 bytes per further local expert: Transformer Engine's grouped experts make one
+call). Every other difference is zero.
 
 Not counted by the model, CPU only: torch's Adam keeps a 4-byte `step` tensor per
 parameter tensor ({steps}); TE/Apex FusedAdam on a GPU keep one counter per group.

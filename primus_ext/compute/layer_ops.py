@@ -64,11 +64,21 @@ def _rope(sh: Shapes, tokens: float, width: float, module: str = "rope") -> OpCo
     """Rotary embedding of q and k: read and write once (fused). Eager complex-valued
     RoPE (``train.fused_elementwise=False``): x.float() (read 2, write 4 B per element),
     complex multiply (read 4, write 4), type_as (read 4, write 2): 20 B in 3 kernels, the
-    same backward."""
+    same backward. Megatron's RoPE unfused (``train.apply_rope_fusion=False``):
+    ``rope_utils._apply_rotary_pos_emb_bshd`` per tensor, in passes over it: t * cos (2),
+    the rotate-half's neg (1) and cat (2), * sin (2), the add (3) and the final cat with
+    the unrotated part (2): 12 in 6 kernels, after 6 small ones that build cos and sin
+    from the frequencies; backward: the two products' and the neg's gradients (2, 2, 1),
+    the rotate-half's cat (2), the sum of the two paths (3), the slice's gradient (1) and
+    its add (3): 14 in 7 kernels. aten's own counts of megatron-core's code
+    (tests/compute/test_elementwise_bytes.py); q and k are two calls."""
     if not sh.train.fused_elementwise:
         n = tokens * width
         return memory_op(sh, "rope", module, 20 * n, 20 * n, fwd_kernels=3, bwd_kernels=3)
     e = tokens * width * sh.act_bytes
+    if not sh.train.apply_rope_fusion:
+        return memory_op(sh, "rope", module, 12 * e, 14 * e, fwd_kernels=2 * 12,
+                         bwd_kernels=2 * 7)
     return memory_op(sh, "rope", module, 2 * e, 2 * e)
 
 

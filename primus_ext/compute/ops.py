@@ -208,13 +208,41 @@ def gated_activation(sh: Shapes, name: str, module: str, rows: float, width: flo
     """SwiGLU (reads 2 halves, writes 1; backward reads 2 + dy, writes 2) or a plain
     activation (reads and writes one; backward reads x and dy, writes dx). Eager SwiGLU
     (``silu(a) * b``, ``train.fused_elementwise=False``) writes silu(a) and reads it back:
-    5 element-passes forward in 2 kernels, 8 backward in 3."""
+    5 element-passes forward in 2 kernels, 8 backward in 3. A clamped gated unit adds
+    its clamp kernels (``clamp_passes``)."""
     e = rows * width * sh.act_bytes
     if sh.model.gated:
+        cf, cb, kf, kb = clamp_passes(sh)
         if not sh.train.fused_elementwise:
-            return memory_op(sh, name, module, 5 * e, 8 * e, fwd_kernels=2, bwd_kernels=3)
-        return memory_op(sh, name, module, 3 * e, 5 * e)
+            return memory_op(sh, name, module, (5 + cf) * e, (8 + cb) * e,
+                             fwd_kernels=2 + kf, bwd_kernels=3 + kb)
+        return memory_op(sh, name, module, (3 + cf) * e, (5 + cb) * e,
+                         fwd_kernels=1 + kf, bwd_kernels=1 + kb)
     return memory_op(sh, name, module, 2 * e, 3 * e)
+
+
+def clamp_passes(sh: Shapes) -> tuple[int, int, int, int]:
+    """Element-passes (in units of one half of the gated unit's input) and kernels, forward
+    and backward, that ``--activation-func-clamp-value`` adds; aten's own counts of
+    megatron-core's code (tests/compute/test_elementwise_bytes.py).
+
+    Fused (megatron-core fused_bias_geglu.weighted_bias_quick_geglu_impl, the quick-GeGLU
+    path): ``x_glu.clamp(max=c)`` and ``x_linear.clamp(-c, c)`` (read 1, write 1 each) and
+    ``torch.cat`` of the halves (read 2, write 2) before the fused kernel: 8 in 3 kernels.
+    Backward: clamp's gradient is ``where(mask, dy, 0)`` with its mask built from x (one
+    side: le, where = 4; two sides: ge, le, logical_and, where = 7, the bool masks at half
+    a pass), and the chunk's gradient is a cat (4): 15 in 7 kernels. The fused SwiGLU
+    (``bias_swiglu_impl``) takes no clamp value: megatron-core runs it unclamped.
+    Eager (``fused_elementwise=False``): the two clamps and their gradients without the
+    cat, 4 in 2 kernels forward and 11 in 6 backward."""
+    m = sh.model
+    if m.activation_func_clamp_value is None or not m.gated:
+        return 0, 0, 0, 0
+    if sh.train.fused_elementwise:
+        if m.activation != "quick_geglu":
+            return 0, 0, 0, 0
+        return 8, 15, 3, 7
+    return 4, 11, 2, 6
 
 
 def sum_ops(ops) -> tuple[float, float, float, float, float]:

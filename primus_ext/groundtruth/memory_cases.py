@@ -29,6 +29,8 @@ LLAMA = ModelSpec(name="tiny_llama", num_layers=2, hidden_size=128, num_attentio
                   position_embedding_type="rope")
 MOE = replace(LLAMA, name="tiny_moe", num_query_groups=4, num_moe_experts=4,
               moe_router_topk=2, moe_ffn_hidden_size=192, hidden_dropout=0.1)
+QUICK_MOE = replace(MOE, name="tiny_quick_moe", activation="quick_geglu",
+                    activation_func_clamp_value=7.0)
 MOE_SHARED = replace(MOE, name="tiny_moe_shared", num_layers=3, moe_first_k_dense=1,
                      moe_shared_expert_intermediate_size=160)
 MLA = replace(LLAMA, name="tiny_mla", num_query_groups=None, multi_latent_attention=True,
@@ -111,6 +113,14 @@ CASES: list[Case] = [
     Case("moe ep2 qk-norm selective layernorm+moe", spec(
         replace(MOE, qk_layernorm=True), ep=2, recompute_granularity="selective",
         recompute_modules=("layernorm", "moe")), ("activations",)),
+    # GPT-OSS's gated unit: megatron-core's quick-GeGLU clamped at 7.0, fused with the
+    # routing weights in the experts (weighted_bias_quick_geglu_impl), unfused in a dense
+    # MLP
+    Case("moe ep2 quick-geglu clamp", spec(QUICK_MOE, ep=2), ("activations",)),
+    Case("moe ep2 quick-geglu clamp unfused", spec(QUICK_MOE, ep=2), ("activations",),
+         {"bias_activation_fusion": False}),
+    Case("llama dp2 quick-geglu clamp", spec(replace(
+        LLAMA, activation="quick_geglu", activation_func_clamp_value=7.0)), ("activations",)),
     Case("llama dp2 selective layernorm+mlp", spec(LLAMA, recompute_granularity="selective",
                                                    recompute_modules=("layernorm", "mlp")),
          ("activations",)),

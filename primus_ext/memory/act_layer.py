@@ -134,21 +134,43 @@ def mla_items(model: ModelSpec, train: TrainSpec, d: Dims) -> Items:
 
 
 # ---- MLP --------------------------------------------------------------------------
+# Saved tensors of a gated unit beyond fc1's output and the unit's own output: inside
+# the activation, so dropped by its recompute and offloaded with it.
+GLU_EXTRAS = ("clamped_input", "glu_offset", "sigmoid_output", "clamped_glu_half")
+
+
 def ffn_items(model: ModelSpec, d: Dims, name: str, tokens: int, ffn: int,
               options: MemoryOptions) -> Items:
     """fc1 output and activation tensors of one (sharded) FFN of width ``ffn``."""
     e = d.e
-    if model.gated:  # swiglu, quick_geglu: the same glu tensors
-        if options.bias_activation_fusion:
-            # BiasSwiGLUFunction saves its input; the output is fc2's input.
-            return {f"{name}.fc1_output": tokens * 2 * ffn * e,
-                    f"{name}.act_output": tokens * ffn * e}
+    if model.gated:  # swiglu, quick_geglu
+        clamp = model.activation_func_clamp_value is not None
+        quick = model.activation == "quick_geglu"
+        # megatron-core fuses quick-GeGLU only with the routing weights (experts).
+        if options.bias_activation_fusion and (not quick or name == "experts"):
+            # The fused function saves its input; the output is fc2's input. Clamped
+            # (weighted_bias_quick_geglu_impl): the clamps keep views of fc1's output
+            # and the fused function saves their torch.cat, a second copy.
+            it = {f"{name}.fc1_output": tokens * 2 * ffn * e,
+                  f"{name}.act_output": tokens * ffn * e}
+            if quick:  # WeightedQuickGeGLUFunction also saves its 0-dim offset
+                it[f"{name}.glu_offset"] = e
+            if clamp and quick:
+                it[f"{name}.clamped_input"] = tokens * 2 * ffn * e
+            return it
         # mcore 0.16 unfused glu: silu keeps a view of fc1's output, mul keeps silu(x1)
-        # and (x2 + glu_linear_offset), fc2 keeps the product.
-        return {f"{name}.fc1_output": tokens * 2 * ffn * e,
-                f"{name}.silu_output": tokens * ffn * e,
-                f"{name}.linear_half": tokens * ffn * e,
-                f"{name}.act_output": tokens * ffn * e}
+        # and (x2 + glu_linear_offset), fc2 keeps the product. quick_gelu (x * sigmoid(
+        # 1.702 x)) also keeps the sigmoid; a clamp gives the activation a new input,
+        # which it keeps (the clamps keep views of fc1's output).
+        it = {f"{name}.fc1_output": tokens * 2 * ffn * e,
+              f"{name}.silu_output": tokens * ffn * e,
+              f"{name}.linear_half": tokens * ffn * e,
+              f"{name}.act_output": tokens * ffn * e}
+        if quick:
+            it[f"{name}.sigmoid_output"] = tokens * ffn * e
+        if clamp:
+            it[f"{name}.clamped_glu_half"] = tokens * ffn * e
+        return it
     if model.activation == "relu":
         # relu's backward uses its output, which is also fc2's input.
         return {f"{name}.act_output": tokens * ffn * e}

@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from primus_ext.memory.act_layer import (Dims, Items, attention_items, mlp_items,
-                                         moe_items, norm_items)
+from primus_ext.memory.act_layer import (GLU_EXTRAS, Dims, Items, attention_items,
+                                         mlp_items, moe_items, norm_items)
 from primus_ext.memory.attn_unfused import unfused_scores_bytes
 from primus_ext.memory.head import head_items, loss_transient_bytes, te_cross_entropy  # noqa: F401
 from primus_ext.memory.options import MemoryOptions
@@ -81,12 +81,13 @@ def _selective(items: Items, model: ModelSpec, d: Dims, modules: tuple[str, ...]
             items["moe.checkpoint_input"] = d.n_sp * h * e
     if moe and "moe_act" in modules:
         items = _drop(items, ("experts.act_output", "experts.silu_output",
-                              "experts.linear_half", "experts.scaled_output"))
+                              "experts.linear_half", "experts.scaled_output",
+                              *(f"experts.{k}" for k in GLU_EXTRAS)))
     if moe and "shared_experts" in modules:
         items = _drop(items, ("shared.",))
     if not moe and "mlp" in modules:
         items = _drop(items, ("mlp.fc1_output", "mlp.act_output", "mlp.silu_output",
-                              "mlp.linear_half"))
+                              "mlp.linear_half", *(f"mlp.{k}" for k in GLU_EXTRAS)))
     return items
 
 

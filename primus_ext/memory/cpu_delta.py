@@ -2,7 +2,9 @@
 a GPU: torch's composite RMSNorm keeps the fp32 upcast and the fp32 normalised input
 (4 + 4 bytes per element, where the fused GPU kernel keeps the input in the compute
 dtype), and CPU LayerNorm keeps mean and rstd in the input dtype (CUDA: fp32); the q/k
-RMSNorms of ``--qk-layernorm`` keep fp32 copies instead of views of the QKV output.
+RMSNorms of ``--qk-layernorm`` keep fp32 copies instead of views of the QKV output; the
+local spec's SequentialMLP runs the fused quick-GeGLU once per local expert, each call
+saving its 0-dim offset tensor, where Transformer Engine's grouped experts make one call.
 Used where CPU measurements are set beside the model (``groundtruth.memory_compare``,
 ``measure.checks``).
 """
@@ -18,6 +20,9 @@ def norm_cpu_delta(spec: RunSpec, items: dict[str, int]) -> int:
     e = d.e
     rms = spec.model.normalization == "RMSNorm"
     delta = _qk_rms_delta(spec, items, d) if rms else 0
+    if "experts.glu_offset" in items:
+        local = spec.model.num_moe_experts // spec.parallel.ep
+        delta += (local - 1) * items["experts.glu_offset"]
     for key, stats in items.items():
         if not key.endswith(".stats") or key.startswith(("q_layernorm.", "k_layernorm.")):
             continue

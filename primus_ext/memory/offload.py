@@ -45,6 +45,8 @@ allows it only with PP 1 and without recompute (``spec/run.py``).
 """
 from __future__ import annotations
 
+from primus_ext.memory.act_layer import GLU_EXTRAS
+
 MIN_OFFLOADED_ELEMENTS = 1024 * 1024  # init_model_chunk_offload_handler default
 
 _CORE_ATTN = ("q", "k", "v", "q.rotated", "k.rotated", "v.contiguous", "qkv.output",
@@ -55,7 +57,7 @@ _QKV_LINEAR = ("qkv.input", "down_proj.input", "q_norm.input", "q_norm.stats",
                "q_up.input", "kv_norm.input", "kv_norm.stats", "kv_up.input",
                "q_layernorm.stats", "k_layernorm.stats")
 _EXPERT_ACT = ("experts.fc1_output", "experts.silu_output", "experts.linear_half",
-               "experts.probs")
+               "experts.probs", *(f"experts.{k}" for k in GLU_EXTRAS))
 OFFLOAD_ITEMS: dict[str, tuple[str, ...]] = {
     "attn_norm": ("input_norm.input", "input_norm.stats"),
     "qkv_linear": _QKV_LINEAR,

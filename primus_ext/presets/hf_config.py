@@ -156,9 +156,15 @@ def _attention(r: _Reader, f: dict, notes: list[str], model_type: str) -> None:
     elif model_type == "gpt_oss":
         # GptOssAttention: q/k/v/o with bias; experts with biases (add_bias_linear).
         f["add_bias_linear"] = bool(r.get("attention_bias", True))
-        notes.append("gpt_oss: learned attention sinks (one per head and layer), the "
-                     "router's bias and the clamped SwiGLU (swiglu_limit) are not modelled "
-                     "(negligible in parameters and FLOPs)")
+        # GptOssExperts: gate * sigmoid(1.702 gate) * (up + 1), both clamped at
+        # swiglu_limit: megatron-core's quick-GeGLU with --activation-func-clamp-value
+        # (Megatron-Bridge gpt_oss_bridge.py: quick_gelu, clamp 7.0, glu_linear_offset 1).
+        f["activation"] = "quick_geglu"
+        limit = r.get("swiglu_limit")
+        if limit:
+            f["activation_func_clamp_value"] = float(limit)
+        notes.append("gpt_oss: learned attention sinks (one per head and layer) and the "
+                     "router's bias are not modelled (negligible in parameters and FLOPs)")
     elif r.get("attention_bias", False):
         f["add_qkv_bias"] = True
         notes.append("attention_bias=true: q/k/v biases modelled; the o_proj bias "

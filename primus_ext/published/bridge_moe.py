@@ -156,6 +156,16 @@ for (_rel, _gpu, _model, _kind, _n), _e in list(ENTRIES.items()):
             _e, path=_e.path.replace("4ab94dfad", "381d0b825"))
 
 
+# Megatron-Bridge builds GPT-OSS with YaRN RoPE (models/gpt_oss/gpt_oss_bridge.py:
+# position_embedding_type "yarn"), and GPTModelProvider.provide turns RoPE fusion off for
+# any type but rope (utils/fusions.py validate_rope_fusion_compatibility), as Megatron-LM's
+# validate_args does.
+_YARN_PRESETS = frozenset({"gpt_oss_120b", "gpt_oss_20b"})
+_YARN_SOURCE = (f"{BRIDGE}@cfeddcd94 gpt_oss_bridge.py position_embedding_type='yarn'; "
+                "gpt_provider.py provide: validate_rope_fusion_compatibility -> "
+                "apply_rope_fusion=False")
+
+
 def release_of(source: str) -> str | None:
     prefix = "MegatronBridge-perf-"
     return source[len(prefix):] if source.startswith(prefix) else None
@@ -190,6 +200,8 @@ def bridge_moe(f, rec) -> None:
         rec.set("parallel", "tp_comm_overlap", e.tp_comm_overlap,
                 f"{src}: CommOverlapConfig(tp_comm_overlap={e.tp_comm_overlap})")
     rec.set("parallel", "moe_router_fusion", True, f"{src}: moe_router_fusion")
+    if f.model_preset in _YARN_PRESETS:
+        rec.set("train", "apply_rope_fusion", False, _YARN_SOURCE)
     if e.a2a_overlap:
         rec.set("parallel", "overlap_moe_expert_parallel_comm", True,
                 f"{src}: moe_a2a_overlap (overlap_moe_expert_parallel_comm, "

@@ -153,6 +153,11 @@ def automodel(f: RowFacts, rec: Recipe) -> None:
             f"{AUTOMODEL} examples/llm_benchmark *_te_deepep*.yaml loss_fn: "
             "MaskedCrossEntropy fp32_upcast false (components/loss/masked_ce.py: "
             "F.cross_entropy on the bf16 logits)")
+    if (f.model_preset or "").startswith("gpt_oss"):
+        rec.set("model", "activation_func_clamp_value", None,
+                f"{AUTOMODEL} components/moe/experts.py quick_geglu_deepep / "
+                "swiglu_oai_deepep: torch.compile(fullgraph=True), the clamps fused into "
+                "the activation's kernel")
     if f.model_preset == "deepseek_v3":
         rec.set("model", "mtp_num_layers", 0,
                 f"{AUTOMODEL} models/deepseek_v3/model.py: no MTP module")

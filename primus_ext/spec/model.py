@@ -32,6 +32,10 @@ class ModelSpec:
     max_position_embeddings: int = 4096
     normalization: str = "RMSNorm"
     activation: str = "swiglu"  # swiglu and quick_geglu imply gated_linear_unit
+    # --activation-func-clamp-value: a gated unit's two halves clamped before the
+    # activation (GPT-OSS: 7.0; megatron-core mlp.py / moe/experts.py). The clamps run as
+    # their own kernels (compute/ops.py gated_activation); None: no clamp.
+    activation_func_clamp_value: float | None = None
     add_bias_linear: bool = False
     add_qkv_bias: bool = False
     qk_layernorm: bool = False
@@ -93,6 +97,10 @@ class ModelSpec:
             non_negative(_OWNER, f, v)
             if v >= 1:
                 raise ValueError(f"model.{f}={v} must be below 1")
+        clamp = self.activation_func_clamp_value
+        if clamp is not None and not clamp > 0:
+            raise ValueError(f"model.activation_func_clamp_value={clamp} must be positive "
+                             "(or null for no clamp)")
         if not 0 < self.rotary_percent <= 1:
             raise ValueError(f"model.rotary_percent={self.rotary_percent} must be in (0, 1]")
         one_of(_OWNER, "normalization", self.normalization, NORMALIZATIONS)

@@ -92,6 +92,11 @@ class TrainSpec:
     # complex-valued RoPE and SwiGLU run as chains of single-op kernels with fp32
     # intermediates (compute/ops.py counts their bytes).
     fused_elementwise: bool = True
+    # Megatron's RoPE as Transformer Engine's fused kernel (megatron-core
+    # apply_rope_fusion). False (--no-rope-fusion; Megatron-LM validate_args also turns it
+    # off for any --position-embedding-type but rope, e.g. yarn): rope_utils.
+    # _apply_rotary_pos_emb_bshd's chain of single-op kernels (compute/layer_ops.py _rope).
+    apply_rope_fusion: bool = True
     optimizer: str = "adam"
     # Softmax of the unfused attention path saved in fp32 (megatron-core default True);
     # only matters for attention_backend=unfused.

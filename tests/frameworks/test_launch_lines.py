@@ -145,14 +145,20 @@ def test_mamba_and_hybrid_lines_are_refused_in_one_line(extra, capsys):
 
 
 def test_flags_that_change_kernels_are_not_modelled_with_their_reason():
-    la = _parse("--no-rope-fusion", "--use-nccl-ub", "--softmax-type", "learnable",
+    la = _parse("--no-bias-swiglu-fusion", "--use-nccl-ub", "--softmax-type", "learnable",
                 "--empty-unused-memory-level", "0", "--lr", "1e-4")
     nm = "; ".join(la.not_modelled)
-    assert "--no-rope-fusion (unfused elementwise kernels" in nm
+    assert "--no-bias-swiglu-fusion (unfused elementwise kernels" in nm
     assert "--use-nccl-ub (NCCL user buffers" in nm and "--softmax-type (attention" in nm
     assert "--empty-unused-memory-level" in la.no_effect  # level 0: Megatron's default
     assert "--lr" in la.no_effect
     assert warning_lines(la)[0].startswith("primus-ext: not modelled")
+    # Modelled: megatron-core's unfused RoPE, and the clamps of a gated unit.
+    rope = _parse("--no-rope-fusion", "--activation-func-clamp-value", "7.0")
+    assert not rope.spec.train.apply_rope_fusion and rope.not_modelled == ()
+    assert rope.spec.model.activation_func_clamp_value == 7.0
+    assert not _parse("--position-embedding-type", "yarn").spec.train.apply_rope_fusion
+    assert _parse("--position-embedding-type", "rope").spec.train.apply_rope_fusion
     # Timers synchronise the device from level 1 (megatron-core timers.py).
     assert any(x.startswith("--timing-log-level (timers")
                for x in _parse("--timing-log-level", "2").not_modelled)

@@ -51,6 +51,10 @@ def test_bridge_26x_rows_take_their_release_config(by_id):
     s = by_id["P123"].spec
     assert s.train.recompute_granularity == "selective"
     assert set(s.train.recompute_modules) == {"layernorm", "moe_act"}
+    # Megatron-Bridge's GPT-OSS is YaRN RoPE, which its provider runs unfused, and its
+    # gated unit is megatron-core's quick-GeGLU clamped at 7.0 (gpt_oss_bridge.py).
+    assert not s.train.apply_rope_fusion and _noted(by_id["P123"], "gpt_oss_bridge.py")
+    assert s.model.activation == "quick_geglu" and s.model.activation_func_clamp_value == 7.0
 
 
 def test_mxfp8_is_read_from_the_precision_statement_only():
@@ -111,6 +115,9 @@ def test_automodel_rows(by_id):
         assert not p.fsdp and p.use_distributed_optimizer, run_id
         assert p.grad_buffer == "on_backward", run_id
     assert _noted(by_id["P111"], "prepare_for_grad_accumulation")
+    # AutoModel's clamped GPT-OSS activation is one torch.compile'd kernel: no clamp pass.
+    assert by_id["P112"].spec.model.activation_func_clamp_value is None
+    assert by_id["P112"].spec.train.apply_rope_fusion
 
 
 def test_primus_moe_package_rows(by_id):

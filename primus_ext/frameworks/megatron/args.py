@@ -202,6 +202,12 @@ def _train(ns, dp: int, n: Notes) -> TrainSpec:
         check_weight_hash_interval=ns.check_weight_hash_across_dp_replicas_interval,
         cuda_graph_scope=cuda_graph_scope(ns),
         masked_softmax_fusion=False if ns.no_masked_softmax_fusion else None,
+        # Megatron-LM validate_args: 'if args.position_embedding_type != "rope":
+        # args.apply_rope_fusion = False': the RoPE variants yarn and mrope run
+        # megatron-core's unfused RoPE (without RoPE the field is moot).
+        apply_rope_fusion=ns.apply_rope_fusion and (
+            ns.use_rotary_position_embeddings
+            or ns.position_embedding_type not in ("yarn", "mrope")),
         # torch FSDP2 requires the flag (Megatron-LM validate_args) and the memory model
         # reads the field only without FSDP: under FSDP it keeps the spec's default.
         gradient_accumulation_fusion=not ns.no_gradient_accumulation_fusion

@@ -61,6 +61,7 @@ def model_args(spec: RunSpec) -> list:
     a += ["--max-position-embeddings", recipe_max_position_embeddings(m, spec.train)]
     a.value("--position-embedding-type", m.position_embedding_type)
     a.value("--rotary-percent", m.rotary_percent)
+    a.value("--activation-func-clamp-value", m.activation_func_clamp_value)
     a.value("--normalization", m.normalization)
     a.value("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by)
     a.value("--hidden-dropout", m.hidden_dropout)
@@ -219,6 +220,8 @@ def train_args(spec: RunSpec) -> list:
         a.value("--cross-entropy-fusion-impl", t.cross_entropy_fusion_impl)
     a.switch("--no-attention-softmax-in-fp32", not t.attention_softmax_in_fp32)
     a.switch("--no-masked-softmax-fusion", t.masked_softmax_fusion is False)
+    a.switch("--no-rope-fusion", not t.apply_rope_fusion
+             and spec.model.position_embedding_type == "rope")
     # Megatron-LM: '--use-torch-fsdp2 is not supported with gradient accumulation fusion'.
     a.switch("--no-gradient-accumulation-fusion",
              not t.gradient_accumulation_fusion or p.fsdp)

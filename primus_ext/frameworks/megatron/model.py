@@ -36,16 +36,37 @@ def setup_parallel(spec: RunSpec, seed: int = 1234) -> None:
 _ACTIVATIONS = {"swiglu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
                 "relu": torch.nn.functional.relu,
                 "squared_relu": lambda x: torch.pow(torch.nn.functional.relu(x), 2),
-                # megatron/core/activations.py quick_gelu (GPT-OSS, gated)
-                "quick_geglu": lambda x: x * torch.sigmoid(1.702 * x)}
+                # megatron-core's own quick_gelu (GPT-OSS, gated): its fused path checks
+                # the function's identity (mlp.py, moe/experts.py)
+                "quick_geglu": "quick_gelu"}
+
+
+def _activation(name: str):
+    f = _ACTIVATIONS[name]
+    if f == "quick_gelu":
+        from megatron.core.fusions.fused_bias_geglu import quick_gelu
+        return quick_gelu
+    return f
+
+
+def _fusable(m, fusion: bool) -> bool:
+    """megatron-core fuses SwiGLU, GeLU with a bias, and quick-GeGLU only with the routing
+    weights (weighted_bias_quick_geglu_impl: experts; a dense quick-GeGLU MLP with the
+    fusion on raises 'Only support fusion of gelu and swiglu')."""
+    if m.activation == "quick_geglu":
+        dense = any(not m.is_moe_layer(i) for i in range(m.num_layers)) \
+            or bool(m.moe_shared_expert_intermediate_size)
+        return fusion and not dense
+    return fusion and (m.activation == "swiglu"
+                       or (m.activation == "gelu" and m.add_bias_linear))
 
 
 def transformer_config(spec: RunSpec, bias_activation_fusion: bool = True, **overrides):
     """megatron-core TransformerConfig (MLATransformerConfig for MLA) of a spec.
 
     ``bias_activation_fusion`` follows Megatron-LM's flags: on for SwiGLU
-    (``--bias-swiglu-fusion``) and for GeLU with biases (``--bias-gelu-fusion``), off
-    otherwise (mcore has no fused ReLU and asserts a bias for fused GeLU)."""
+    (``--bias-swiglu-fusion``), for GeLU with biases (``--bias-gelu-fusion``) and for
+    quick-GeGLU experts, off otherwise (``_fusable``)."""
     from megatron.core.transformer.transformer_config import (MLATransformerConfig,
                                                               TransformerConfig)
     m, p, t = spec.model, spec.parallel, spec.train
@@ -55,7 +76,8 @@ def transformer_config(spec: RunSpec, bias_activation_fusion: bool = True, **ove
         num_attention_heads=m.num_attention_heads, ffn_hidden_size=m.dense_ffn_size,
         num_query_groups=m.num_groups, kv_channels=m.head_dim,
         normalization=m.normalization, gated_linear_unit=m.gated,
-        activation_func=_ACTIVATIONS[m.activation], add_bias_linear=m.add_bias_linear,
+        activation_func=_activation(m.activation), add_bias_linear=m.add_bias_linear,
+        activation_func_clamp_value=m.activation_func_clamp_value,
         # MLA always has its q/kv latent norms (DeepSeek-V2/V3; params.py counts them);
         # mcore builds them only with qk_layernorm=True.
         add_qkv_bias=m.add_qkv_bias, qk_layernorm=m.qk_layernorm or m.multi_latent_attention,
@@ -69,8 +91,8 @@ def transformer_config(spec: RunSpec, bias_activation_fusion: bool = True, **ove
         recompute_granularity=t.recompute_granularity, recompute_method=t.recompute_method,
         recompute_num_layers=t.recompute_num_layers,
         attention_softmax_in_fp32=t.attention_softmax_in_fp32,
-        masked_softmax_fusion=False, bias_activation_fusion=bias_activation_fusion and (
-            m.activation == "swiglu" or (m.activation == "gelu" and m.add_bias_linear)),
+        masked_softmax_fusion=False,
+        bias_activation_fusion=_fusable(m, bias_activation_fusion),
         bias_dropout_fusion=True, apply_rope_fusion=False,
         gradient_accumulation_fusion=False, persist_layer_norm=False,
         moe_token_dispatcher_type=measured_dispatcher(p.moe_token_dispatcher_type),

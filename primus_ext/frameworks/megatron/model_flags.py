@@ -52,7 +52,7 @@ def position_embedding(ns, notes) -> str:
     --no-position-embedding is a no-op with rope. Without rope, Megatron-LM main refuses
     it ('deprecated, use --position-embedding-type'); older releases read it as no
     position embedding, which is taken here with a note. mrope and yarn are RoPE with
-    the same cost."""
+    the same FLOPs; Megatron-LM runs them unfused (train.apply_rope_fusion, args.py)."""
     kind = ns.position_embedding_type
     if ns.use_rotary_position_embeddings:
         kind = "rope"
@@ -123,6 +123,7 @@ def model_spec(ns, name: str | None, notes) -> ModelSpec:
         add_bias_linear=not ns.disable_bias_linear, add_qkv_bias=ns.add_qkv_bias,
         qk_layernorm=ns.qk_layernorm, position_embedding_type=position_embedding(ns, notes),
         rotary_percent=ns.rotary_percent,
+        activation_func_clamp_value=ns.activation_func_clamp_value,
         untie_embeddings_and_output_weights=ns.untie_embeddings_and_output_weights,
         hidden_dropout=ns.hidden_dropout, attention_dropout=ns.attention_dropout,
         window_size=window, window_full_attention_every=every,

@@ -163,7 +163,7 @@ _REASONS = {
     "numerics of the same kernels (same FLOPs and bytes)": (
         "--norm-epsilon --apply-layernorm-1p --rotary-base "
         "--rotary-scaling-factor --rotary-seq-len-interpolation-factor --rope-type "
-        "--mscale --mscale-all-dim --glu-linear-offset --activation-func-clamp-value "
+        "--mscale --mscale-all-dim --glu-linear-offset "
         "--use-rope-scaling --rope-scaling-factor "
         "--apply-query-key-layer-scaling --fp8-amax-history-len "
         "--fp8-amax-compute-algo --fp8-margin --fp8-interval "
@@ -176,10 +176,9 @@ _REASONS = {
 # reported on the "not modelled, may change step time" line with its reason (a value
 # in ``_DEFAULT_VALUES`` is Megatron-LM's default and has no effect).
 _NOT_MODELLED = {
-    "unfused elementwise kernels (separate bias, activation, dropout and RoPE kernels; "
+    "unfused elementwise kernels (separate bias, activation and dropout kernels; "
     "the projection counts them fused)": (
-        "--no-bias-gelu-fusion --no-bias-dropout-fusion --no-bias-swiglu-fusion "
-        "--no-rope-fusion"),
+        "--no-bias-gelu-fusion --no-bias-dropout-fusion --no-bias-swiglu-fusion"),
     "NCCL user buffers (zero-copy, fewer-SM collectives; the collectives are timed at "
     "NCCL's default copy-engine rates)": "--use-nccl-ub --fsdp-manual-registration",
     "Megatron-FSDP's second all-gather buffer (memory not counted)": "--fsdp-double-buffer",

@@ -63,6 +63,7 @@ MODEL = (
        str, choices=POSITION_TYPES),
     _f("--use-rotary-position-embeddings", "model.position_embedding_type", False),
     _f("--rotary-percent", "model.rotary_percent", 1.0, float),
+    _f("--activation-func-clamp-value", "model.activation_func_clamp_value", type=float),
     _f("--no-position-embedding", "model.position_embedding_type", True,
        store_false=True, dest="add_position_embedding"),
     _f("--disable-bias-linear", "model.add_bias_linear", False),
@@ -226,6 +227,8 @@ TRAIN = (
     # GPU presets: memory/report.py resolved_train).
     _f("--no-masked-softmax-fusion", "train.masked_softmax_fusion", False),
     _f("--no-gradient-accumulation-fusion", "train.gradient_accumulation_fusion", False),
+    _f("--no-rope-fusion", "train.apply_rope_fusion", True, store_false=True,
+       dest="apply_rope_fusion"),
     _f("--defer-embedding-wgrad-compute", "train.defer_embedding_wgrad_compute", False),
     _f("--wgrad-deferral-limit", "train.wgrad_deferral_limit", 0, int),
     _f("--attention-softmax-in-fp32", "train.attention_softmax_in_fp32", False),
