@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from primus_ext.groundtruth.memory_runner import Case
-from primus_ext.memory.cpu_delta import norm_cpu_delta
+from primus_ext.memory.cpu_delta import cpu_delta_bytes
 from primus_ext.memory.activations import chunk_activations, embedding_items, head_items, \
     layer_items, mtp_items
 from primus_ext.memory.inflight import inflight_1f1b, inflight_interleaved
@@ -102,7 +102,7 @@ def activation_rows(case: Case, ranks: list[dict]) -> list[Row]:
                 items = _layer_dict(spec, layer, opts)
                 rows.append(Row(case.name, f"layer {layer}", rank, scale * sum(items.values()),
                                 meas.get(f"layer.{layer}", 0),
-                                scale * norm_cpu_delta(spec, items), "cpu norms"))
+                                scale * cpu_delta_bytes(spec, items), "cpu norms"))
         # MTP blocks reuse the embedding and output layer modules (their scopes) and
         # keep the rest in the "mtp" scope.
         mtp = mtp_items(m, par, train, opts)
@@ -111,7 +111,7 @@ def activation_rows(case: Case, ranks: list[dict]) -> list[Row]:
         mtp_head = k_mtp * sum(v for k, v in mtp.items()
                                if k.startswith(("mtp.output_layer.", "mtp.loss.")))
         mtp_block = k_mtp * sum(mtp.values()) - mtp_emb - mtp_head
-        mtp_delta = k_mtp * (norm_cpu_delta(spec, mtp) + norm_cpu_delta(
+        mtp_delta = k_mtp * (cpu_delta_bytes(spec, mtp) + cpu_delta_bytes(
             spec, _layer_dict(spec, m.num_layers - 1, opts)))
         if m.mtp_num_layers:
             rows.append(Row(case.name, "mtp blocks", rank, scale * mtp_block,
@@ -127,7 +127,7 @@ def activation_rows(case: Case, ranks: list[dict]) -> list[Row]:
                             scale * (sum(head.values()) + mtp_head),
                             sum(meas.get(k, 0) for k in ("final_norm", "output_layer",
                                                         "outside")),
-                            scale * norm_cpu_delta(spec, head), "cpu norms"))
+                            scale * cpu_delta_bytes(spec, head), "cpu norms"))
         total = chunk_activations(m, par, train, 0, 0, opts)
         # Layers kept whole (all of them, or those after a block-recompute's first k).
         whole = range(m.num_layers)
@@ -135,10 +135,10 @@ def activation_rows(case: Case, ranks: list[dict]) -> list[Row]:
             k = train.recompute_num_layers if train.recompute_method == "block" else \
                 m.num_layers
             whole = range(min(k, m.num_layers), m.num_layers)
-        delta = sum(norm_cpu_delta(spec, _layer_dict(spec, i, opts)) for i in whole)
+        delta = sum(cpu_delta_bytes(spec, _layer_dict(spec, i, opts)) for i in whole)
         rows.append(Row(case.name, "microbatch total", rank,
                         scale * total.bytes_per_microbatch, sum(meas.values()),
-                        scale * (delta + norm_cpu_delta(spec, head) + mtp_delta),
+                        scale * (delta + cpu_delta_bytes(spec, head) + mtp_delta),
                         "cpu norms"))
     return rows
 

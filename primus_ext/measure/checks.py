@@ -95,7 +95,7 @@ def collective_check(profile: Profile, base: RunSpec, tol: float = 0.01) -> list
 def activation_check(profile: Profile, base: RunSpec, tol: float = 0.0) -> list[dict]:
     """Rows {kind, captured_bytes, model_bytes, cpu_delta, status} for the decoder layer
     kinds. On a CPU the model's bytes get the memory engineer's named CPU-only delta
-    (``memory.cpu_delta.norm_cpu_delta``: torch's composite RMSNorm saves fp32 copies)."""
+    (``memory.cpu_delta.cpu_delta_bytes``: torch's composite RMSNorm saves fp32 copies)."""
     from primus_ext.memory.activations import layer_items
     from primus_ext.memory.options import MemoryOptions
     meas = _measured(profile, base)
@@ -115,8 +115,8 @@ def activation_check(profile: Profile, base: RunSpec, tol: float = 0.0) -> list[
         model = sum(items.values())
         delta = 0
         if profile.device.get("kind") == "cpu":
-            from primus_ext.memory.cpu_delta import norm_cpu_delta
-            delta = norm_cpu_delta(spec, items)
+            from primus_ext.memory.cpu_delta import cpu_delta_bytes
+            delta = cpu_delta_bytes(spec, items)
         rows.append({"kind": kind, "captured_bytes": kt.activation_bytes,
                      "model_bytes": model, "cpu_delta": delta,
                      "status": _status(kt.activation_bytes - delta, model, tol)})

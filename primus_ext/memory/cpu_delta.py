@@ -14,8 +14,9 @@ from primus_ext.memory.act_layer import Dims
 from primus_ext.spec import RunSpec
 
 
-def norm_cpu_delta(spec: RunSpec, items: dict[str, int]) -> int:
-    """CPU-minus-GPU bytes of the norms among ``items`` (see the module docstring)."""
+def cpu_delta_bytes(spec: RunSpec, items: dict[str, int]) -> int:
+    """CPU-minus-GPU bytes of ``items`` (the norms; the per-expert fused quick-GeGLU
+    offsets): see the module docstring."""
     d = Dims.of(spec.parallel, spec.train)
     e = d.e
     rms = spec.model.normalization == "RMSNorm"

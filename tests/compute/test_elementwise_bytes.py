@@ -12,33 +12,13 @@ from sim_specs import llama70b, run
 
 from primus_ext.compute.layer_ops import decoder_layer_ops
 from primus_ext.compute.ops import Shapes, clamp_passes
+from tests.project.dispatch_count import forward_backward_traffic
 
 
 def _count(forward, grad_leaf):
-    """([(op, bytes)] of ``forward()``, the same of its backward), views left out."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
-
-    ops: list[tuple[str, int]] = []
-
-    class Count(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            if not func.is_view and "_unsafe_view" not in str(func):
-                tensors = tree_flatten((args, kwargs))[0] + tree_flatten(out)[0]
-                ops.append((func.overloadpacket.__name__,
-                            sum(t.numel() * t.element_size() for t in tensors
-                                if isinstance(t, torch.Tensor))))
-            return out
-
-    y = forward()
-    seed = torch.ones_like(y)
-    with Count():
-        y = forward()
-        n = len(ops)
-        y.backward(seed)
+    fwd, bwd = forward_backward_traffic(forward)
     grad_leaf.grad = None
-    return ops[:n], ops[n:]
+    return fwd, bwd
 
 
 def _ops(spec):

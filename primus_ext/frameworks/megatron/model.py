@@ -35,18 +35,16 @@ def setup_parallel(spec: RunSpec, seed: int = 1234) -> None:
 
 _ACTIVATIONS = {"swiglu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
                 "relu": torch.nn.functional.relu,
-                "squared_relu": lambda x: torch.pow(torch.nn.functional.relu(x), 2),
-                # megatron-core's own quick_gelu (GPT-OSS, gated): its fused path checks
-                # the function's identity (mlp.py, moe/experts.py)
-                "quick_geglu": "quick_gelu"}
+                "squared_relu": lambda x: torch.pow(torch.nn.functional.relu(x), 2)}
 
 
 def _activation(name: str):
-    f = _ACTIVATIONS[name]
-    if f == "quick_gelu":
+    """The activation function; quick_geglu (GPT-OSS, gated) is megatron-core's own
+    quick_gelu, whose identity its fused path checks (mlp.py, moe/experts.py)."""
+    if name == "quick_geglu":
         from megatron.core.fusions.fused_bias_geglu import quick_gelu
         return quick_gelu
-    return f
+    return _ACTIVATIONS[name]
 
 
 def _fusable(m, fusion: bool) -> bool:
