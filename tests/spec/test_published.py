@@ -131,7 +131,7 @@ def test_uneven_layouts_are_balanced_and_reported(runs):
     assert by_id["P016"].spec.layout.layers_per_virtual_stage == (1,) + (2,) * 62 + (1,)
 
 
-def test_gap_rules_are_recorded(runs):
+def test_gap_rules_are_recorded(runs, rows):
     by_id = _by_id(runs)
     gpt = by_id["P046"]
     assert gpt.model_preset is None and gpt.spec.train.micro_batch_size == 1
@@ -139,8 +139,13 @@ def test_gap_rules_are_recorded(runs):
     assert m.activation == "gelu" and m.normalization == "LayerNorm"
     assert m.dense_ffn_size == 4 * m.hidden_size and m.num_groups == m.num_attention_heads
     assert any("mbs empty" in n for n in gpt.notes)
-    # GBS from a default named in the notes (P097), else the documented default.
-    assert by_id["P097"].spec.train.global_batch_size == 128
+    # GBS from a default named in the notes (P097 with its GBS cell emptied and the
+    # Primus example config's default named), else the documented default.
+    p097 = next(row for row in rows if row["run_id"] == "P097")
+    named = parse_row({**p097, "gbs": "", "notes": "GBS not given (example config default 128)"})
+    assert named.spec.train.global_batch_size == 128
+    assert any("default named in the row's notes" in n for n in named.notes)
+    assert by_id["P097"].spec.train.global_batch_size == 256  # the page's own projection
     p093 = by_id["P093"].spec
     assert p093.num_microbatches == DEFAULT_MICROBATCHES_PER_STAGE * p093.parallel.pp
     assert any("gbs empty" in n for n in by_id["P093"].notes)

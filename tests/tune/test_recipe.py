@@ -24,7 +24,7 @@ from primus_ext.tune.space import SearchSpace
 LLAMA = ["model=llama3.1_70b", "cluster.num_nodes=8", "train.global_batch_size=128",
          "train.seq_length=8192"]
 MIXTRAL = ["model=mixtral_8x22b", "cluster.hardware=mi355x", "cluster.num_nodes=8",
-           "train.global_batch_size=128", "train.seq_length=8192"]
+           "train.global_batch_size=256", "train.seq_length=8192"]
 SMALL = ["tune.space.tp=[4,8]", "tune.space.pp=[2,4]", "tune.space.cp=[1]",
          "tune.progress=false", "tune.reference=null"]
 
@@ -138,7 +138,7 @@ def test_flags_cover_the_layout():
     for flag in ("--tensor-model-parallel-size 1", "--pipeline-model-parallel-size 4",
                  "--num-layers-per-virtual-pipeline-stage 7", "--expert-model-parallel-size 8",
                  "--expert-tensor-parallel-size 1", "--micro-batch-size 2",
-                 "--global-batch-size 128", "--seq-length 8192", "--bf16",
+                 "--global-batch-size 256", "--seq-length 8192", "--bf16",
                  "--fp8-format hybrid", "--recompute-granularity full",
                  "--recompute-method uniform", "--recompute-num-layers 1",
                  "--use-distributed-optimizer", "--overlap-grad-reduce",
