@@ -116,8 +116,9 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   core_r0.8.0 launches them: distributed_data_parallel ``no_sync`` until the last
   microbatch, bucket 0 gathered from ``zero_grad`` and the rest one ahead from the
   forward pre-hooks) can reach it; its micro batch is not published.
-- **MI355X**: one row (Mixtral 8x22B); its recompute follows the Primus example config it
-  reproduces (none); the GPU's GEMM prior decides it.
+- **MI355X**: the Mixtral 8x22B row takes its recompute from the Primus example config it
+  reproduces (none) and its GBS (256) from the projection the same page prints of it; with
+  the four DeepSeek-V2 / V2-Lite bars below it fits MI355X's GEMM efficiency.
 - **Fine-grained MoE** (47 rows: Qwen3-30B-A3B / 235B-A22B, DeepSeek-V2 / V2-Lite / V3,
   Kimi K2, GPT-OSS, Mixtral). Each source's recipe is read (`published/bridge_moe.py`: the
   Megatron-Bridge 25.09 / 26.02.01 / 26.06 / 26.08 configs; `published/moe_sources.py`:
@@ -133,9 +134,9 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   from the ModelZoo's forced / dropless pairs; Sinkhorn balancing and the expert bias of
   aux-loss-free balancing take that skew out, as megatron-core's own routing does on the
   CPU). Rows still off: the AMD DeepSeek-V2
-  MI355X bars (+25 to +39 %: PP over 4 nodes at one 4096-token micro batch, a stack the
+  MI355X bars (+22 to +36 %: PP over 4 nodes at one 4096-token micro batch, a stack the
   blog says is launch- and sync-bound; the DeepSeek-V2-Lite bars of the same blog land
-  within 16 %); the ModelZoo Megatron-FSDP row (-39 %: FSDP's per-micro-batch expert
+  within 18 %); the ModelZoo Megatron-FSDP row (-39 %: FSDP's per-micro-batch expert
   gathers and fp32 reduce-scatters across 32 nodes are charged in full); GPT-OSS under
   Megatron-Bridge on GB200 (+13 to +15 % fast with the committed calibration; on H100 and
   B200 within 3 %, after the experts' fc2 bias added per expert in eager PyTorch,
