@@ -12,9 +12,10 @@ Dispatchers (``parallel.moe_token_dispatcher_type``, megatron-core):
 - ``flex`` (DeepEP / HybridEP kernels, DeepSeek-V3 Sec. 3.2.2; ``flex_dispatch_s``): the
   tokens go unpermuted, once to every EP rank holding one of their experts
   (``routing.ranks_hit``) at the backend's algorithm bandwidth inside the domain
-  (``hardware.deepep_efficiency`` / ``hybridep_efficiency``, published DeepEP / HybridEP
-  figures), and at most once per destination domain over the network, fanned out over
-  the scale-up links there: the network carries ``T h x E[remote domains hit]`` bytes.
+  (published DeepEP / HybridEP figures at the kernels' SM count:
+  ``hardware.flex_efficiency`` at ``flex_num_sms``), and at most once per destination
+  domain over the network, fanned out over the scale-up links there: the network
+  carries ``T h x E[remote domains hit]`` bytes.
   With group-limited routing (``moe_router_num_groups`` / ``moe_router_group_topk``) a
   token reaches few domains: DeepSeek-V3 on EP 64 over 8 nodes, 8 groups of 32 experts,
   top-4 groups, top-8 experts: 3.5 remote nodes instead of 7 remote copies.
@@ -46,8 +47,9 @@ Overlap (``exposed`` windows, comm/overlap.py):
   window of the layer's four collectives is the layer's forward plus backward compute.
   Warm-up forwards and cool-down backwards are not merged: that fraction of microbatches
   keeps its collectives exposed.
-- The ``flex`` dispatcher's DeepEP kernels hold ``DEEPEP_NUM_SMS`` SMs while they run
-  (megatron-core ``TransformerConfig.moe_deepep_num_sms = 20``, passed to DeepEP's
+- The ``flex`` dispatcher's kernels hold ``flex_num_sms`` SMs while they run (the launch
+  line's --moe-deepep-num-sms / --moe-hybridep-num-sms, else megatron-core's defaults:
+  ``TransformerConfig.moe_deepep_num_sms = 20``, passed to DeepEP's
   ``Buffer.set_num_sms``; HybridEP ``moe_hybridep_num_sms = 16``): the compute they
   overlap runs on the other SMs, so each second of overlap costs ``20 / sm_count`` of a
   second of compute (H100: 0.15), above the generic ``comm_overlap_penalty`` of NCCL's
@@ -81,6 +83,15 @@ METADATA_OPS = ("moe.ep_token_counts", "moe.ep_dispatch_probs", "moe.ep_dispatch
 HYBRIDEP_ROUTING_MAP = "moe.ep_hybridep_routing_map"
 
 
+def flex_num_sms(par) -> int:
+    """SMs of the flex dispatcher's kernels (``par``: ParallelSpec): the launch line's, else
+    the backend's megatron-core default."""
+    if par.moe_flex_num_sms is not None:
+        return par.moe_flex_num_sms
+    return HYBRIDEP_NUM_SMS if par.moe_flex_dispatcher_backend == "hybridep" else \
+        DEEPEP_NUM_SMS
+
+
 def _ep_bytes(spec: RunSpec, tokens: float, width_bytes: float) -> tuple[float, float]:
     """(scale-up bytes, network bytes) of one all-to-all dispatch on one rank."""
     m = spec.model
@@ -96,14 +107,14 @@ def flex_dispatch_s(spec: RunSpec, span, tokens: float, width_bytes: float) -> f
     The kernels send a token once to every EP rank that holds one of its experts
     (``routing.ranks_hit``; megatron-core ``_DeepepManager.dispatch`` passes the token
     indices, not permuted copies) at the backend's algorithm bandwidth inside the
-    scale-up domain (``hardware.deepep_efficiency`` / ``hybridep_efficiency``: published
+    scale-up domain (``hardware.flex_efficiency`` at ``flex_num_sms``: published
     figures that count every (token, rank) copy), and once to every other domain that
     holds one over the NIC (``expected_domains_hit``), forwarded over the scale-up links
     there; the two tiers run concurrently."""
     m, hw = spec.model, spec.cluster.hardware
     n, kd = span.size, span.num_domains
     backend = spec.parallel.moe_flex_dispatcher_backend
-    eff = (hw.hybridep_efficiency if backend == "hybridep" else hw.deepep_efficiency)
+    eff = hw.flex_efficiency(backend, flex_num_sms(spec.parallel))
     eff = eff or hw.scale_up_a2a_efficiency
     share = _mesh_share(hw, span, span.ranks_per_domain)
     consecutive = spec.train.moe_router_exact_balance
@@ -158,8 +169,7 @@ def ep_comm_ops(spec: RunSpec, tokens: float, width_bytes: float, *,
         size = tokens * spec.model.moe_router_topk * width_bytes
     total = sum(secs.values())
     merged = merged_fraction(spec) if par.overlap_moe_expert_parallel_comm else 0.0
-    pen = (sm_share_penalty(hw, HYBRIDEP_NUM_SMS if par.moe_flex_dispatcher_backend ==
-                            "hybridep" else DEEPEP_NUM_SMS)
+    pen = (sm_share_penalty(hw, flex_num_sms(par))
            if par.moe_token_dispatcher_type == "flex" else None)
     ops = []
     for name, phase in _EP_OPS:

@@ -166,6 +166,16 @@ _YARN_SOURCE = (f"{BRIDGE}@cfeddcd94 gpt_oss_bridge.py position_embedding_type='
                 "apply_rope_fusion=False")
 
 
+# Every release read here (25.11 to 26.08) runs HybridEP on 32 SMs: the performance
+# scripts' common overrides set it whenever the backend is hybridep (since "HybridEP
+# support", c62795c60, Nov 2025), after the model's own config.
+HYBRIDEP_SMS = 32
+HYBRIDEP_SMS_SOURCE = (f"{BRIDGE}@cfeddcd94 scripts/performance/utils/overrides.py "
+                       "_set_common_perf_overrides (the same at 97ad8cc6f to 63b08b397; "
+                       "perf_recipes/_common.py at 381d0b825 and 4ab94dfad): "
+                       "moe_hybridep_num_sms = 32 whenever the backend is hybridep")
+
+
 def release_of(source: str) -> str | None:
     prefix = "MegatronBridge-perf-"
     return source[len(prefix):] if source.startswith(prefix) else None
@@ -196,6 +206,8 @@ def bridge_moe(f, rec) -> None:
     rec.set("parallel", "moe_token_dispatcher_type", e.dispatcher, src)
     if e.backend:
         rec.set("parallel", "moe_flex_dispatcher_backend", e.backend, src)
+    if e.dispatcher == "flex" and e.backend == "hybridep":
+        rec.set("parallel", "moe_flex_num_sms", HYBRIDEP_SMS, HYBRIDEP_SMS_SOURCE)
     if e.tp_comm_overlap is not None and f.tp > 1:
         rec.set("parallel", "tp_comm_overlap", e.tp_comm_overlap,
                 f"{src}: CommOverlapConfig(tp_comm_overlap={e.tp_comm_overlap})")

@@ -89,6 +89,9 @@ def modelzoo(f: RowFacts, rec: Recipe) -> None:
                 f"{src} sbatch_benchmarking.sh: DISPATCHER={backend}")
         rec.set("parallel", "moe_flex_dispatcher_backend", backend,
                 f"{src} sbatch_benchmarking.sh: DISPATCHER={backend}")
+        if backend == "hybridep":
+            rec.set("parallel", "moe_flex_num_sms", 32, f"{src} sbatch_benchmarking.sh: "
+                    "DISPATCHER=hybridep adds --moe-hybridep-num-sms 32")
     yaml = f"{src} model_configs/benchmarking yaml"
     rec.set("parallel", "moe_router_fusion", True, f"{yaml}: --moe-router-fusion")
     rec.set("parallel", "moe_permute_fusion", True, f"{yaml}: --moe-permute-fusion")

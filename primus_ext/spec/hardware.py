@@ -77,9 +77,10 @@ class HardwareSpec:
     scale_up_a2a_efficiency: float = 0.70  # all-to-all bus bw / link bw
     # The flex dispatcher's kernels inside the scale-up domain (comm/moe_comm.py): their
     # published algorithm bandwidth (every (token, rank) copy, the rank's own included)
-    # over scale_up_gbps, DeepEP's normal kernels and HybridEP's; None: the all-to-all's.
-    deepep_efficiency: float | None = None
-    hybridep_efficiency: float | None = None
+    # over scale_up_gbps, DeepEP's normal kernels and HybridEP's, as (SMs, efficiency)
+    # points at the SM counts measured (``flex_efficiency``); empty: the all-to-all's.
+    deepep_efficiency_by_sms: tuple[tuple[float, ...], ...] = ()
+    hybridep_efficiency_by_sms: tuple[tuple[float, ...], ...] = ()
     scale_out_efficiency: float = 0.75  # achieved fraction of the per-GPU NIC bandwidth
     scale_up_half_bytes: float = 8e6  # message bytes at half of peak bus bw (scale-up)
     scale_out_half_bytes: float = 8e6  # the same on the NICs
@@ -179,10 +180,8 @@ class HardwareSpec:
             v = getattr(self, f)
             if not 0 < v <= 1:
                 raise ValueError(f"hardware.{f}={v} must be in (0, 1]")
-        for f in ("deepep_efficiency", "hybridep_efficiency"):
-            v = getattr(self, f)
-            if v is not None and not 0 < v <= 1:
-                raise ValueError(f"hardware.{f}={v} must be in (0, 1]")
+        for f in ("deepep_efficiency_by_sms", "hybridep_efficiency_by_sms"):
+            object.__setattr__(self, f, _sm_points(f, getattr(self, f)))
         positive(_OWNER, "gemm_tile", self.gemm_tile)
         positive(_OWNER, "gemm_tile_n", self.gemm_tile_n)
         non_negative(_OWNER, "sm_count", self.sm_count)
@@ -215,6 +214,24 @@ class HardwareSpec:
         if v > 1:
             raise ValueError(f"hardware.comm_overlap_penalty={v} must be at most 1")
 
+    def flex_efficiency(self, backend: str, sms: int) -> float | None:
+        """The flex dispatcher's efficiency over ``scale_up_gbps`` when its kernels run on
+        ``sms`` SMs (``backend``: deepep | hybridep; None: no published figure). Between
+        the published points linear; below the first, in proportion to the SMs (each SM
+        moves its share of the tokens: DeepEP on B200 runs 0.36, 0.51 and 0.64 of NVLink
+        at 16, 24 and 32 SMs); above the last, the last (the kernels saturate the links:
+        0.66-0.68 from 36 to 48 SMs on B200)."""
+        points = (self.hybridep_efficiency_by_sms if backend == "hybridep"
+                  else self.deepep_efficiency_by_sms)
+        if not points:
+            return None
+        if sms <= points[0][0]:
+            return points[0][1] * sms / points[0][0]
+        for (s0, e0), (s1, e1) in zip(points, points[1:]):
+            if sms <= s1:
+                return e0 + (e1 - e0) * (sms - s0) / (s1 - s0)
+        return points[-1][1]
+
     def peak_tflops(self, precision: str) -> float:
         """Dense peak for a run's precision (fp8 falls back to bf16 where there is none)."""
         if precision == "fp8" and self.fp8_tflops:
@@ -222,3 +239,20 @@ class HardwareSpec:
         if precision == "fp32":
             return self.fp32_tflops or self.bf16_tflops / 2
         return self.bf16_tflops
+
+
+def _sm_points(name: str, points) -> tuple[tuple[float, float], ...]:
+    """(SMs, efficiency) points as tuples, SMs rising, efficiencies in (0, 1]."""
+    out = []
+    for p in points:
+        if len(p) != 2:
+            raise ValueError(f"hardware.{name}={points!r} must be a list of [SMs, "
+                             "efficiency] pairs")
+        sms, eff = p
+        if sms <= 0 or not 0 < eff <= 1:
+            raise ValueError(f"hardware.{name}={points!r}: each pair needs SMs > 0 and an "
+                             "efficiency in (0, 1]")
+        if out and sms <= out[-1][0]:
+            raise ValueError(f"hardware.{name}={points!r}: SM counts must rise")
+        out.append((sms, eff))
+    return tuple(out)

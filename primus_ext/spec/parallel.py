@@ -127,6 +127,12 @@ class ParallelSpec:
     moe_router_fusion: bool = False
     moe_router_load_balancing_type: str = "aux_loss"
     moe_flex_dispatcher_backend: str = "deepep"
+    # SMs the flex dispatcher's kernels run on (--moe-deepep-num-sms / --moe-hybridep-num-
+    # sms, Megatron-LM main's --moe-flex-dispatcher-num-sms): their bandwidth
+    # (hardware.flex_efficiency) and the compute they take while overlapped; None: the
+    # backend's megatron-core default (comm/moe_comm.py flex_num_sms: DeepEP 20,
+    # HybridEP 16).
+    moe_flex_num_sms: int | None = None
     # TransformerConfig.use_transformer_engine_op_fuser with Transformer Engine's CuTe DSL
     # fused grouped MLP (NVTE_CUTEDSL_FUSED_GROUPED_MLP=1; megatron-core experts.py
     # TEGroupedMLP._is_fused_impl_supported): fc1, the gated activation with the routing
@@ -187,6 +193,8 @@ class ParallelSpec:
                self.moe_router_load_balancing_type, MOE_BALANCING)
         one_of(_OWNER, "moe_flex_dispatcher_backend", self.moe_flex_dispatcher_backend,
                ("deepep", "hybridep"))
+        if self.moe_flex_num_sms is not None:
+            positive(_OWNER, "moe_flex_num_sms", self.moe_flex_num_sms)
         for t in self.moe_router_terms:
             one_of(_OWNER, "moe_router_terms[i]", t, ROUTER_TERMS)
         object.__setattr__(self, "moe_router_terms", tuple(

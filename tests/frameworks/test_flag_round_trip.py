@@ -130,6 +130,8 @@ def _spec(draw) -> RunSpec:
         **(_moe_impl(draw) if model.is_moe else {}))
     if par.tp > 1 and par.sequence_parallel:
         par = dataclasses.replace(par, tp_comm_overlap=draw(st.booleans()))
+    if par.moe_token_dispatcher_type == "flex":
+        par = dataclasses.replace(par, moe_flex_num_sms=draw(st.sampled_from((None, 24, 32))))
     gran = draw(st.sampled_from((None, "selective", "full")))
     rec = {}
     if gran == "full":

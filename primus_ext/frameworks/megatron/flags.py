@@ -86,6 +86,8 @@ def model_args(spec: RunSpec) -> list:
             a += ["--moe-router-load-balancing-type", p.moe_router_load_balancing_type]
         if p.moe_token_dispatcher_type == "flex":
             a.value("--moe-flex-dispatcher-backend", p.moe_flex_dispatcher_backend)
+            if p.moe_flex_num_sms is not None:  # core_v0.16.1's per-backend flag
+                a += [f"--moe-{p.moe_flex_dispatcher_backend}-num-sms", p.moe_flex_num_sms]
         a += router_term_flags(p.moe_router_terms)
         a.value("--moe-router-topk", m.moe_router_topk)
         a.value("--moe-token-dispatcher-type", spec.parallel.moe_token_dispatcher_type)

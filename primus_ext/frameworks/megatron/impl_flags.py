@@ -2,8 +2,9 @@
 (pure): what the host clock (compute/host.py) and the expert MLP model read.
 
 - ``moe_impl``: --moe-grouped-gemm (or the legacy one), --moe-permute-fusion,
-  --moe-router-fusion, --moe-router-load-balancing-type, --moe-flex-dispatcher-backend
-  and the router's optional terms (``router_terms``) into ParallelSpec fields;
+  --moe-router-fusion, --moe-router-load-balancing-type, --moe-flex-dispatcher-backend,
+  the flex kernels' SMs (``flex_num_sms``) and the router's optional terms
+  (``router_terms``) into ParallelSpec fields;
 - ``router_dtype``: --moe-router-dtype (fp64 read as fp32, noted ``n``);
 - ``cuda_graph_scope``: --cuda-graph-impl / --cuda-graph-scope / --cuda-graph-modules /
   --enable-cuda-graph / --external-cuda-graph into ``train.cuda_graph_scope``.
@@ -21,7 +22,21 @@ def moe_impl(ns) -> dict:
                 moe_router_fusion=ns.moe_router_fusion,
                 moe_router_load_balancing_type=_balancing(ns),
                 moe_flex_dispatcher_backend=ns.moe_flex_dispatcher_backend,
+                moe_flex_num_sms=flex_num_sms(ns),
                 moe_router_terms=router_terms(ns))
+
+
+def flex_num_sms(ns) -> int | None:
+    """SMs of the flex dispatcher's kernels: Megatron-LM main's --moe-flex-dispatcher-num-
+    sms (for any backend), else the chosen backend's own flag (core_v0.16.1
+    --moe-deepep-num-sms / --moe-hybridep-num-sms; the other backend's is not read, as
+    megatron-core passes each only to its own buffer), else None (megatron-core's
+    default, comm/moe_comm.py flex_num_sms)."""
+    if ns.moe_flex_dispatcher_num_sms is not None:
+        return ns.moe_flex_dispatcher_num_sms
+    if ns.moe_flex_dispatcher_backend == "hybridep":
+        return ns.moe_hybridep_num_sms
+    return ns.moe_deepep_num_sms
 
 
 def router_terms(ns) -> tuple[str, ...]:

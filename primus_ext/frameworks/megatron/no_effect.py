@@ -255,11 +255,11 @@ _NOT_MODELLED = {
         "--kitchen-attention-backend --use-kitchen-attention "
         "--use-fused-weighted-squared-relu --use-te-activation-func "
         "--log-max-attention-logit --qk-clip --qk-clip-alpha --qk-clip-threshold"),
-    "MoE variants not modelled (probabilities on the input, DeepEP/HybridEP SM counts "
-    "and the legacy DeepEP switch, routing replay, extended TP, latent experts, MoE "
-    "layer recompute, shared-expert gate, token dropping, standalone MTP)": (
-        "--moe-apply-probs-on-input --moe-deepep-num-sms --moe-enable-deepep "
-        "--moe-enable-routing-replay --moe-extended-tp --moe-hybridep-num-sms "
+    "MoE variants not modelled (probabilities on the input, the legacy DeepEP switch, "
+    "routing replay, extended TP, latent experts, MoE layer recompute, shared-expert "
+    "gate, token dropping, standalone MTP)": (
+        "--moe-apply-probs-on-input --moe-enable-deepep "
+        "--moe-enable-routing-replay --moe-extended-tp "
         "--moe-latent-size --moe-layer-recompute --moe-shared-expert-gate "
         "--moe-token-drop-policy --mtp-standalone"),
     "pipeline P2P backends (ring exchange, another communication backend)": (
