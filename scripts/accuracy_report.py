@@ -151,7 +151,7 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   blog says is launch- and sync-bound; the DeepSeek-V2-Lite bars of the same blog land
   within 18 %); the ModelZoo Megatron-FSDP row (-39 %: FSDP's per-micro-batch expert
   gathers and fp32 reduce-scatters across 32 nodes are charged in full); GPT-OSS under
-  Megatron-Bridge on GB200 (+13 to +15 % fast with the committed calibration; on H100 and
+  Megatron-Bridge on GB200 (+12 to +15 % fast with the committed calibration; on H100 and
   B200 within 3 %, after the experts' fc2 bias added per expert in eager PyTorch,
   megatron-core TEGroupedMLP._apply_bias, the clamps of its quick-GeGLU,
   ``--activation-func-clamp-value`` 7, and its YaRN RoPE, which Megatron-Bridge runs
@@ -171,7 +171,12 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   the all-to-all dispatcher with the EP all-to-all overlap (Qwen3-30B-A3B on H100 in
   25.11 and 26.02: +61 to +119 %, against -6 % for the same layout with DeepEP in
   26.02.01), and on the GPT-OSS rows the table marks as a regression (26.06.01, cuDNN
-  frontend issue 256). HybridEP
+  frontend issue 256). The flex kernels run at the published DeepEP / HybridEP rate for
+  their SM count (`hardware.flex_efficiency`): Megatron-Bridge's scripts and the ModelZoo
+  give HybridEP 32 SMs, which under the EP all-to-all overlap take 32 of GB200's 148 SMs
+  from the compute they hide behind; that moved the overlapped GB200 MXFP8 rows 1.5-2
+  points slower (P117 -10 to -12 %, the other releases' DeepSeek-V3 / Qwen3 rows alike)
+  and GPT-OSS 2 points closer. HybridEP
   pads FP8 expert rows inside its dispatch (megatron-core ``_HybridEPManager.dispatch``
   ``pad_multiple``), so Transformer Engine's Fp8Padding copies nothing there; the op
   model still charges those copies on flex/HybridEP FP8 rows (5-10 % of their compute).
