@@ -211,15 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     if not a.repo:
         print("\n".join(ladder_section()))
         return 0
+    from primus_ext.util.files import capture_out
     data = capture(a.repo, a.rev)
-    text = json.dumps(data, indent=1) + "\n"
-    if a.write:
-        from primus_ext.util.files import atomic_write_text
-        OUT.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(str(OUT), text)
-        print(f"wrote {OUT} ({len(data['steps'])} steps, {len(data['flags'])} flags)")
-    else:
-        sys.stdout.write(text)
+    capture_out(OUT, data, a.write, f"{len(data['steps'])} steps, {len(data['flags'])} flags")
     return 0
 
 

@@ -87,15 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rev", default="dev")
     p.add_argument("--write", action="store_true", help=f"write {OUT.relative_to(ROOT)}")
     a = p.parse_args(argv)
+    from primus_ext.util.files import capture_out
     data = capture(a.repo, a.rev)
-    text = json.dumps(data, indent=1) + "\n"
-    if a.write:
-        from primus_ext.util.files import atomic_write_text
-        OUT.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(str(OUT), text)
-        print(f"wrote {OUT} ({len(data['recipes'])} recipes at {data['source']['commit']})")
-    else:
-        sys.stdout.write(text)
+    capture_out(OUT, data, a.write, f"{len(data['recipes'])} recipes at {data['source']['commit']}")
     return 0
 
 

@@ -147,6 +147,21 @@ class DirLock:
         self.release()
 
 
+def capture_out(path: str | os.PathLike, data: dict, write: bool, summary: str) -> None:
+    """A capture script's result: with ``write``, ``data`` as indented JSON written
+    atomically to ``path`` (its folder made) and one line saying so; else the JSON on
+    stdout."""
+    import json
+    import sys
+    text = json.dumps(data, indent=1) + "\n"
+    if not write:
+        sys.stdout.write(text)
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(str(path), text)
+    print(f"wrote {path} ({summary})")
+
+
 def lock_dir(directory: str | os.PathLike, what: str) -> DirLock:
     return DirLock(directory, what)
 
