@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # scripts.moe_recipes, run as a script or loaded by path
 OUT = ROOT / "tests" / "data" / "feature_ladders" / "deepseek_v3_gb200.json"
 FOLDER = "docs/discussions/deepseek-v3-gb200-optimization"
 DOC = f"{FOLDER}/deepseek-v3-gb200-optimization.md"
@@ -138,23 +139,14 @@ def capture(repo: str, rev: str) -> dict:
 
 
 def project_line(flags: list[str], target: dict) -> float:
-    """Projected TFLOP/s/GPU of a launch line (the drop-in, analytic path)."""
-    import contextlib
-    import io
-    import tempfile
-
-    from primus_ext.frameworks.megatron.launch import main as launch
-    args = ["--target-nodes", str(target["nodes"]), "--target-gpus-per-node",
-            str(target["gpus_per_node"]), "--target-hardware", target["hardware"],
-            "--project-only", "--projection-backend", "simulate"]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "p.json"
-        with contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
-            rc = launch(flags + args + ["--projection-out", str(path)])
-        if rc != 0:
-            raise RuntimeError(f"the drop-in refused a ladder line (exit {rc})")
-        return json.loads(path.read_text())["tflops_per_gpu"]
+    """Projected TFLOP/s/GPU of a ladder line (moe_recipes.project_line: the drop-in's
+    analytic path)."""
+    from scripts.moe_recipes import project_line as drop_in
+    est, refused = drop_in(flags, target["nodes"], target["gpus_per_node"],
+                           target["hardware"])
+    if refused is not None:
+        raise RuntimeError(f"the drop-in refused a ladder line: {refused}")
+    return est["tflops_per_gpu"]
 
 
 def project_ladder(data: dict | None = None) -> dict:
@@ -218,5 +210,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     sys.exit(main())

@@ -98,16 +98,39 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-def project_recipes(data: dict | None = None) -> list[dict]:
-    """Each recipe with a figure and a preset, through the drop-in's analytic path
-    (``--projection-backend simulate``, the committed calibration): the projection's
-    TFLOP/s/GPU (Megatron-LM's num_floating_point_operations, as the index) and its error
-    against the index, or the one-line error the reader gave."""
+def project_line(flags: list[str], nodes: int, gpus_per_node: int,
+                 hardware: str) -> tuple[dict | None, str | None]:
+    """A launch line through the drop-in's analytic path (``--projection-backend
+    simulate``, the committed calibration) on ``nodes`` x ``gpus_per_node`` of
+    ``hardware``: (the projection JSON, None), or (None, the one-line error it was
+    refused with)."""
     import contextlib
     import io
     import tempfile
 
     from primus_ext.frameworks.megatron.launch import main as launch
+    target = ["--target-nodes", str(nodes), "--target-gpus-per-node", str(gpus_per_node),
+              "--target-hardware", hardware, "--project-only", "--projection-backend",
+              "simulate"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "p.json"
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            try:
+                rc = launch(flags + target + ["--projection-out", str(path)])
+            except SystemExit as exc:  # argparse's own errors (an invalid choice)
+                rc = exc.code or 2
+        if rc != 0:
+            lines = err.getvalue().strip().splitlines()
+            return None, lines[-1] if lines else f"exit {rc}"
+        return json.loads(path.read_text()), None
+
+
+def project_recipes(data: dict | None = None) -> list[dict]:
+    """Each recipe with a figure and a preset, through the drop-in's analytic path
+    (``project_line``): the projection's TFLOP/s/GPU (Megatron-LM's
+    num_floating_point_operations, as the index) and its error against the index, or the
+    one-line error the reader gave."""
     data = data or json.loads(OUT.read_text())
     out = []
     for r in data["recipes"]:
@@ -116,23 +139,13 @@ def project_recipes(data: dict | None = None) -> list[dict]:
         if r["skip"]:
             out.append(row)
             continue
-        target = ["--target-nodes", str(r["gpus"] // r["gpus_per_node"]),
-                  "--target-gpus-per-node", str(r["gpus_per_node"]), "--target-hardware",
-                  r["hardware"], "--project-only", "--projection-backend", "simulate"]
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "p.json"
-            err = io.StringIO()
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-                try:
-                    rc = launch(r["flags"] + target + ["--projection-out", str(path)])
-                except SystemExit as exc:  # argparse's own errors (an invalid choice)
-                    rc = exc.code or 2
-            if rc != 0:
-                row["rejected"] = err.getvalue().strip().splitlines()[-1]
-            else:
-                est = json.loads(path.read_text())
-                row["projected_tflops_per_gpu"] = est["tflops_per_gpu"]
-                row["error"] = est["tflops_per_gpu"] / r["median_tflops_per_gpu"] - 1
+        est, refused = project_line(r["flags"], r["gpus"] // r["gpus_per_node"],
+                                    r["gpus_per_node"], r["hardware"])
+        if refused is not None:
+            row["rejected"] = refused
+        else:
+            row["projected_tflops_per_gpu"] = est["tflops_per_gpu"]
+            row["error"] = est["tflops_per_gpu"] / r["median_tflops_per_gpu"] - 1
         out.append(row)
     return out
 

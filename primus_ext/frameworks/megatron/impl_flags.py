@@ -3,7 +3,7 @@
 
 - ``moe_impl``: --moe-grouped-gemm (or the legacy one), --moe-permute-fusion,
   --moe-router-fusion, --moe-router-load-balancing-type, --moe-flex-dispatcher-backend,
-  the flex kernels' SMs (``flex_num_sms``) and the router's optional terms
+  the flex kernels' SMs (``num_sms_flags``) and the router's optional terms
   (``router_terms``) into ParallelSpec fields;
 - ``router_dtype``: --moe-router-dtype (fp64 read as fp32, noted ``n``);
 - ``cuda_graph_scope``: --cuda-graph-impl / --cuda-graph-scope / --cuda-graph-modules /
@@ -22,11 +22,11 @@ def moe_impl(ns) -> dict:
                 moe_router_fusion=ns.moe_router_fusion,
                 moe_router_load_balancing_type=_balancing(ns),
                 moe_flex_dispatcher_backend=ns.moe_flex_dispatcher_backend,
-                moe_flex_num_sms=flex_num_sms(ns),
+                moe_flex_num_sms=num_sms_flags(ns),
                 moe_router_terms=router_terms(ns))
 
 
-def flex_num_sms(ns) -> int | None:
+def num_sms_flags(ns) -> int | None:
     """SMs of the flex dispatcher's kernels: Megatron-LM main's --moe-flex-dispatcher-num-
     sms (for any backend), else the chosen backend's own flag (core_v0.16.1
     --moe-deepep-num-sms / --moe-hybridep-num-sms; the other backend's is not read, as

@@ -119,7 +119,7 @@ MOE = (
        choices=("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")),
     _f("--moe-flex-dispatcher-backend", "parallel.moe_flex_dispatcher_backend", "deepep",
        str, choices=("deepep", "hybridep")),
-    # SMs of the flex dispatcher's kernels (impl_flags.flex_num_sms: the chosen backend's
+    # SMs of the flex dispatcher's kernels (impl_flags.num_sms_flags: the chosen backend's
     # flag, or main's unified one; megatron-core defaults 20 / 16 when absent).
     _f("--moe-deepep-num-sms", "parallel.moe_flex_num_sms", type=int),
     _f("--moe-hybridep-num-sms", "parallel.moe_flex_num_sms", type=int),
