@@ -12,7 +12,7 @@ from primus_ext.emit.console import print_json, print_table
 from primus_ext.modes.validate import runs_path
 from primus_ext.project.calibration import default_output_path, save_calibration
 from primus_ext.project.estimate import project
-from primus_ext.project.fit import fit
+from primus_ext.project.fit import fit, usable_rows
 from primus_ext.project.validate import percentile, project_run
 from primus_ext.published import read_runs
 from primus_ext.util.files import output_path
@@ -27,16 +27,16 @@ def held_out_results(runs, warm=None, host_runs=()) -> list:
     row, in the order of ``runs``). ``warm``: the all-source calibration to start each
     refit from (same optimum, fewer steps). ``host_runs``: the host-time rows
     (published/golden.py), fitted in every refit too."""
-    by_id = {}
+    by_id, memo = {}, {}
     for source in sorted({r.source for r in runs}):
         train = [r for r in runs if r.source != source]
-        calib = fit(train, _uncalibrated, warm=warm).calibration
+        calib = fit(train, _uncalibrated, warm=warm, memo=memo).calibration
         if host_runs and warm is not None:
             # The host constants are fitted on the host rows alone, which holding out a
             # published source does not touch: the all-source fit's, as fitted.
             calib = with_host_constants(calib, warm)
         elif host_runs:
-            calib = fit(train, _uncalibrated, host_runs=host_runs).calibration
+            calib = fit(train, _uncalibrated, host_runs=host_runs, memo=memo).calibration
         for r in runs:
             if r.source == source:
                 by_id[id(r)] = project_run(r, calib)
@@ -59,10 +59,10 @@ def with_host_constants(calib, donor):
 def held_out_host_results(runs, host_runs, warm=None) -> list:
     """Every host-time row (golden case) projected by host constants fitted on the other
     sources (families) of host rows, the efficiencies fitted on ``runs`` as always."""
-    by_id = {}
+    by_id, memo = {}, {}
     for source in sorted({r.source for r in host_runs}):
         train = [r for r in host_runs if r.source != source]
-        calib = fit(runs, _uncalibrated, warm=warm, host_runs=train).calibration
+        calib = fit(runs, _uncalibrated, warm=warm, host_runs=train, memo=memo).calibration
         for r in host_runs:
             if r.source == source:
                 by_id[id(r)] = project_run(r, calib)
@@ -127,15 +127,15 @@ def run(cfg) -> dict:
     runs = read_runs(runs_path(cfg))
     host_runs = golden_runs(cfg)
     say = _phases()
-    say(f"fitting the constants on {len(runs):,} rows"
-        + (f" and {len(host_runs):,} host-time cases" if host_runs else ""))
-    report = fit(runs, _uncalibrated, host_runs=host_runs)
-    if not any(not k.endswith("(host)") for k in report.per_hardware):
+    if not usable_rows(runs):  # before the fit: the host-time cases alone take a minute
         errors = [r.error for r in runs if r.error][:3]
         raise ValueError(
             f"runs={str(runs_path(cfg))!r}: no usable row to fit ({len(runs)} row(s); a row "
             "needs a valid configuration and a measured tokens_per_s_per_gpu or "
             "tflops_per_gpu)" + (f"; first errors: {' | '.join(errors)}" if errors else ""))
+    say(f"fitting the constants on {len(runs):,} rows"
+        + (f" and {len(host_runs):,} host-time cases" if host_runs else ""))
+    report = fit(runs, _uncalibrated, host_runs=host_runs)
     save_calibration(report.calibration, path)
     if cfg.get("loso", True):
         say(f"written to {path}; leave-one-source-out: one refit per source "

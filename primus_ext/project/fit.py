@@ -203,13 +203,21 @@ def fit_hardware(hw: HardwareSpec, rows, project_row, knobs=tuple(FITTED),
     return values, before, _msle(_errors(rows, values, project_row))
 
 
-def _by_hardware(runs) -> dict[str, list]:
+def usable_rows(runs) -> list[tuple]:
+    """(run, measured tokens/s/GPU) for each run the fit can use: a valid spec and a
+    measured figure."""
     from primus_ext.project.validate import measured_tokens
-    by_hw: dict[str, list] = {}
+    out = []
     for run in runs:
         tokens, _ = measured_tokens(run)
-        if run.spec is None or not tokens:
-            continue
+        if run.spec is not None and tokens:
+            out.append((run, tokens))
+    return out
+
+
+def _by_hardware(runs) -> dict[str, list]:
+    by_hw: dict[str, list] = {}
+    for run, tokens in usable_rows(runs):
         by_hw.setdefault(run.spec.cluster.hardware.name, []).append((run, tokens))
     return by_hw
 
@@ -220,7 +228,8 @@ def _sig(v: float) -> float:
 
 
 def fit(runs, project_fn, base: Calibration | None = None,
-        warm: Calibration | None = None, host_runs=()) -> FitReport:
+        warm: Calibration | None = None, host_runs=(), memo: dict | None = None
+        ) -> FitReport:
     """Fit every hardware preset that has measured rows among ``runs``.
 
     ``runs``: PublishedRun-like objects with ``spec`` and a measured tokens figure
@@ -232,7 +241,19 @@ def fit(runs, project_fn, base: Calibration | None = None,
     ``host_runs``: runs whose step the host sets (published/golden.py): after the
     efficiency constants, each of their presets' host constants (``HOST_FITTED``) are
     fitted on them alone, the efficiencies held.
+    ``memo``: a dict shared by the fits of one session over the same run objects (the
+    leave-one-out refits): a preset whose rows, start and held constants repeat a fit
+    already made takes its result, which the deterministic search would only reproduce.
     """
+    memo = {} if memo is None else memo
+
+    def fit_once(key, hw, rows, project, **kw):
+        key = (*key, tuple(id(run) for run, _ in rows),
+               tuple(sorted((kw.get("start") or {}).items())))
+        if key not in memo:
+            memo[key] = fit_hardware(hw, rows, project, **kw)
+        return memo[key]
+
     by_hw = _by_hardware(runs)
 
     def project_row(run, values):
@@ -249,7 +270,8 @@ def fit(runs, project_fn, base: Calibration | None = None,
     for name, rows in sorted(by_hw.items()):
         hw = rows[0][0].spec.cluster.hardware
         start = warm.constants.get(name) if warm else None
-        values, before, after = fit_hardware(hw, rows, project_row, start=start)
+        values, before, after = fit_once(("efficiency", name), hw, rows, project_row,
+                                         start=start)
         constants[name] = {k: round(v, 4) for k, v in values.items()}
         report[name] = {"rows": len(rows), "msle_before": before, "msle_after": after,
                         **constants[name]}
@@ -262,8 +284,9 @@ def fit(runs, project_fn, base: Calibration | None = None,
 
         def project_held(run, values, held=held):
             return project_row(run, {**held, **values})
-        values, before, after = fit_hardware(hw, rows, project_held,
-                                             knobs=tuple(HOST_FITTED), start=start)
+        values, before, after = fit_once(("host", name, tuple(sorted(held.items()))), hw,
+                                         rows, project_held, knobs=tuple(HOST_FITTED),
+                                         start=start)
         constants[name] = {**constants.get(name, {}),
                            **{k: _sig(v) for k, v in values.items()}}
         report[f"{name} (host)"] = {"rows": len(rows), "msle_before": before,
