@@ -142,7 +142,8 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   grouped kernel for the fused grouped MLP, one GEMM at a time without
   `--moe-grouped-gemm`), FP8 dropless experts pay TE's row padding, the flex dispatcher
   sends a token once per destination rank (NVLink, at DeepEP's / HybridEP's published
-  rates) and once per destination node (NIC) with no permute (HybridEP) or one permute
+  rates) and once per destination node (NIC, at their published RDMA rates, which
+  count the token's own node too) with no permute (HybridEP) or one permute
   (DeepEP), and a learned router on text skews the experts' loads (one per-expert CV
   from the ModelZoo's forced / dropless pairs; Sinkhorn balancing and the expert bias of
   aux-loss-free balancing take that skew out, as megatron-core's own routing does on the

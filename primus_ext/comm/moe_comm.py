@@ -110,7 +110,11 @@ def flex_dispatch_s(spec: RunSpec, span, tokens: float, width_bytes: float) -> f
     scale-up domain (``hardware.flex_efficiency`` at ``flex_num_sms``: published
     figures that count every (token, rank) copy), and once to every other domain that
     holds one over the NIC (``expected_domains_hit``), forwarded over the scale-up links
-    there; the two tiers run concurrently."""
+    there; the two tiers run concurrently. The network tier runs at the kernels' published
+    RDMA rate where the preset has one (``hardware.flex_network_efficiency``: a token
+    once per domain hit, its own included, as DeepEP's ``test_internode.py`` and
+    HybridEP's ``count_rdma_send_from_routing_map`` count it), else the remote domains'
+    copies at the NIC's all-to-all efficiency."""
     m, hw = spec.model, spec.cluster.hardware
     n, kd = span.size, span.num_domains
     backend = spec.parallel.moe_flex_dispatcher_backend
@@ -126,7 +130,9 @@ def flex_dispatch_s(spec: RunSpec, span, tokens: float, width_bytes: float) -> f
                if consecutive else
                expected_domains_hit(m.num_moe_experts, m.moe_router_topk, kd,
                                     m.moe_router_num_groups, m.moe_router_group_topk))
-        t_out = out_tier_s(hw, tokens * width_bytes * dom * (kd - 1) / kd)
+        net = hw.flex_network_efficiency(backend, kd)
+        t_out = (tokens * width_bytes * dom / (hw.scale_out_gbps * 1e9 * net) if net
+                 else out_tier_s(hw, tokens * width_bytes * dom * (kd - 1) / kd))
     base = hw.scale_up_latency_s if kd == 1 else hw.scale_out_latency_s
     return base + max(t_up, t_out)
 

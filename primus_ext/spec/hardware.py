@@ -81,6 +81,13 @@ class HardwareSpec:
     # points at the SM counts measured (``flex_efficiency``); empty: the all-to-all's.
     deepep_efficiency_by_sms: tuple[tuple[float, ...], ...] = ()
     hybridep_efficiency_by_sms: tuple[tuple[float, ...], ...] = ()
+    # The same kernels across scale-up domains: their published RDMA algorithm bandwidth
+    # over scale_out_gbps, counted as DeepEP's and HybridEP's tests count it (a token once
+    # per domain its experts fall in, its own domain included: it may pass 1), as
+    # (domains, efficiency) points (``flex_network_efficiency``); empty: the network tier
+    # carries the remote domains' copies at scale_out_efficiency.
+    deepep_network_efficiency_by_domains: tuple[tuple[float, ...], ...] = ()
+    hybridep_network_efficiency_by_domains: tuple[tuple[float, ...], ...] = ()
     scale_out_efficiency: float = 0.75  # achieved fraction of the per-GPU NIC bandwidth
     scale_up_half_bytes: float = 8e6  # message bytes at half of peak bus bw (scale-up)
     scale_out_half_bytes: float = 8e6  # the same on the NICs
@@ -182,6 +189,9 @@ class HardwareSpec:
                 raise ValueError(f"hardware.{f}={v} must be in (0, 1]")
         for f in ("deepep_efficiency_by_sms", "hybridep_efficiency_by_sms"):
             object.__setattr__(self, f, _sm_points(f, getattr(self, f)))
+        for f in ("deepep_network_efficiency_by_domains",
+                  "hybridep_network_efficiency_by_domains"):
+            object.__setattr__(self, f, _domain_points(f, getattr(self, f)))
         positive(_OWNER, "gemm_tile", self.gemm_tile)
         positive(_OWNER, "gemm_tile_n", self.gemm_tile_n)
         non_negative(_OWNER, "sm_count", self.sm_count)
@@ -232,6 +242,22 @@ class HardwareSpec:
                 return e0 + (e1 - e0) * (sms - s0) / (s1 - s0)
         return points[-1][1]
 
+    def flex_network_efficiency(self, backend: str, domains: int) -> float | None:
+        """The flex dispatcher's network rate over ``scale_out_gbps`` when its EP group
+        spans ``domains`` scale-up domains, in the kernels' own count (a token once per
+        domain hit, its own included; None: no published figure). Linear between the
+        published points, the nearest one outside them."""
+        points = (self.hybridep_network_efficiency_by_domains if backend == "hybridep"
+                  else self.deepep_network_efficiency_by_domains)
+        if not points:
+            return None
+        if domains <= points[0][0]:
+            return points[0][1]
+        for (d0, e0), (d1, e1) in zip(points, points[1:]):
+            if domains <= d1:
+                return e0 + (e1 - e0) * (domains - d0) / (d1 - d0)
+        return points[-1][1]
+
     def peak_tflops(self, precision: str) -> float:
         """Dense peak for a run's precision (fp8 falls back to bf16 where there is none)."""
         if precision == "fp8" and self.fp8_tflops:
@@ -239,6 +265,25 @@ class HardwareSpec:
         if precision == "fp32":
             return self.fp32_tflops or self.bf16_tflops / 2
         return self.bf16_tflops
+
+
+def _domain_points(name: str, points) -> tuple[tuple[float, float], ...]:
+    """(domains, efficiency) points as tuples, domains rising from 2, efficiencies in
+    (0, 2] (the kernels' count includes the token's own domain, so at two domains up to
+    twice the NIC's rate)."""
+    out = []
+    for p in points:
+        if len(p) != 2:
+            raise ValueError(f"hardware.{name}={points!r} must be a list of [domains, "
+                             "efficiency] pairs")
+        domains, eff = p
+        if domains < 2 or not 0 < eff <= 2:
+            raise ValueError(f"hardware.{name}={points!r}: each pair needs domains >= 2 "
+                             "and an efficiency in (0, 2]")
+        if out and domains <= out[-1][0]:
+            raise ValueError(f"hardware.{name}={points!r}: domain counts must rise")
+        out.append((domains, eff))
+    return tuple(out)
 
 
 def _sm_points(name: str, points) -> tuple[tuple[float, float], ...]:
