@@ -271,33 +271,28 @@ def _domain_points(name: str, points) -> tuple[tuple[float, float], ...]:
     """(domains, efficiency) points as tuples, domains rising from 2, efficiencies in
     (0, 2] (the kernels' count includes the token's own domain, so at two domains up to
     twice the NIC's rate)."""
-    out = []
-    for p in points:
-        if len(p) != 2:
-            raise ValueError(f"hardware.{name}={points!r} must be a list of [domains, "
-                             "efficiency] pairs")
-        domains, eff = p
-        if domains < 2 or not 0 < eff <= 2:
-            raise ValueError(f"hardware.{name}={points!r}: each pair needs domains >= 2 "
-                             "and an efficiency in (0, 2]")
-        if out and domains <= out[-1][0]:
-            raise ValueError(f"hardware.{name}={points!r}: domain counts must rise")
-        out.append((domains, eff))
-    return tuple(out)
+    return _points(name, points, "domains", "domain counts", "domains >= 2",
+                   lambda d: d >= 2, 2)
 
 
 def _sm_points(name: str, points) -> tuple[tuple[float, float], ...]:
     """(SMs, efficiency) points as tuples, SMs rising, efficiencies in (0, 1]."""
+    return _points(name, points, "SMs", "SM counts", "SMs > 0", lambda n: n > 0, 1)
+
+
+def _points(name: str, points, unit: str, counts: str, rule: str, valid, eff_max: float
+            ) -> tuple[tuple[float, float], ...]:
+    """[x, efficiency] pairs as tuples, x valid and rising, efficiencies in (0, eff_max]."""
     out = []
     for p in points:
         if len(p) != 2:
-            raise ValueError(f"hardware.{name}={points!r} must be a list of [SMs, "
+            raise ValueError(f"hardware.{name}={points!r} must be a list of [{unit}, "
                              "efficiency] pairs")
-        sms, eff = p
-        if sms <= 0 or not 0 < eff <= 1:
-            raise ValueError(f"hardware.{name}={points!r}: each pair needs SMs > 0 and an "
-                             "efficiency in (0, 1]")
-        if out and sms <= out[-1][0]:
-            raise ValueError(f"hardware.{name}={points!r}: SM counts must rise")
-        out.append((sms, eff))
+        x, eff = p
+        if not valid(x) or not 0 < eff <= eff_max:
+            raise ValueError(f"hardware.{name}={points!r}: each pair needs {rule} and an "
+                             f"efficiency in (0, {eff_max}]")
+        if out and x <= out[-1][0]:
+            raise ValueError(f"hardware.{name}={points!r}: {counts} must rise")
+        out.append((x, eff))
     return tuple(out)
