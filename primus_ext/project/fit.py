@@ -250,9 +250,9 @@ def fit(runs, project_fn, base: Calibration | None = None,
     def fit_once(key, hw, rows, project, **kw):
         key = (*key, tuple(id(run) for run, _ in rows),
                tuple(sorted((kw.get("start") or {}).items())))
-        if key not in memo:
-            memo[key] = fit_hardware(hw, rows, project, **kw)
-        return memo[key]
+        if key not in memo:  # the rows ride along: their ids stay theirs while memo lives
+            memo[key] = (rows, fit_hardware(hw, rows, project, **kw))
+        return memo[key][1]
 
     by_hw = _by_hardware(runs)
 
