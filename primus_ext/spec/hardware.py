@@ -237,10 +237,7 @@ class HardwareSpec:
             return None
         if sms <= points[0][0]:
             return points[0][1] * sms / points[0][0]
-        for (s0, e0), (s1, e1) in zip(points, points[1:]):
-            if sms <= s1:
-                return e0 + (e1 - e0) * (sms - s0) / (s1 - s0)
-        return points[-1][1]
+        return _interpolate(points, sms)
 
     def flex_network_efficiency(self, backend: str, domains: int) -> float | None:
         """The flex dispatcher's network rate over ``scale_out_gbps`` when its EP group
@@ -251,12 +248,7 @@ class HardwareSpec:
                   else self.deepep_network_efficiency_by_domains)
         if not points:
             return None
-        if domains <= points[0][0]:
-            return points[0][1]
-        for (d0, e0), (d1, e1) in zip(points, points[1:]):
-            if domains <= d1:
-                return e0 + (e1 - e0) * (domains - d0) / (d1 - d0)
-        return points[-1][1]
+        return points[0][1] if domains <= points[0][0] else _interpolate(points, domains)
 
     def peak_tflops(self, precision: str) -> float:
         """Dense peak for a run's precision (fp8 falls back to bf16 where there is none)."""
@@ -265,6 +257,15 @@ class HardwareSpec:
         if precision == "fp32":
             return self.fp32_tflops or self.bf16_tflops / 2
         return self.bf16_tflops
+
+
+def _interpolate(points, x: float) -> float:
+    """Linear between (x, y) points (x rising, x at or past the first), the last y past
+    the last."""
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return points[-1][1]
 
 
 def _domain_points(name: str, points) -> tuple[tuple[float, float], ...]:
