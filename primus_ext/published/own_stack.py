@@ -76,13 +76,20 @@ def torchtitan(f: RowFacts, rec: Recipe) -> None:
                         f"microbatches = pp = {f.pp} microbatches")
 
 
-# The README's ">= 128 GPUs" table (scripts/train/benchmarking/sweep.py, 5e85bd62d).
+# The README's ">= 128 GPUs" table (scripts/train/benchmarking/sweep.py, 5e85bd62d, the
+# commit that added both): its model_args_list runs 13b.yaml and 30b.yaml with
+# ``--attn_impl triton`` and the others with ``--attn_impl flash``.
 _LARGE_SCALE = re.compile(r"large scale|>=\s*128 GPUs", re.I)
+_LARGE_SCALE_TRITON = ("mpt_13b", "mpt_30b")
 
 
 def llm_foundry(f: RowFacts, rec: Recipe) -> None:
     src = "llm-foundry"
-    if _LARGE_SCALE.search(f.source_detail):
+    if _LARGE_SCALE.search(f.source_detail) and f.model_preset in _LARGE_SCALE_TRITON:
+        rec.set("train", "flash_attn_impl", "fa1", f"{src}: sweep.py (5e85bd62d) runs "
+                f"{f.model_preset.removeprefix('mpt_')}.yaml with --attn_impl triton "
+                "(flash_attn_triton.py, a FlashAttention-1 class kernel)")
+    elif _LARGE_SCALE.search(f.source_detail):
         rec.set("train", "flash_attn_impl", "fa2", f"{src}: sweep.py (5e85bd62d) attn_impl "
                 "flash with pip .[gpu-flash2] = flash-attn 2.4.2")
     else:

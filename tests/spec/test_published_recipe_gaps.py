@@ -129,9 +129,12 @@ def test_perf_matrix_needs_the_same_recipe():
 
 def test_llm_foundry_attention_follows_the_table_that_ran_it(by_id):
     # The ">= 128 GPUs" table: sweep.py (5e85bd62d), attn_impl flash, pip .[gpu-flash2]
-    # (flash-attn 2.4.2). The other tables: sweep.sh (b2a43a147) leaves --attn_impl at
+    # (flash-attn 2.4.2), except 13b.yaml and 30b.yaml, which it runs with --attn_impl
+    # triton. The other tables: sweep.sh (b2a43a147) leaves --attn_impl at
     # submit_benchmarks.py's default 'triton' (flash_attn_triton.py, FlashAttention-1 class).
     for run_id, impl, cite in (("P079", "fa2", "5e85bd62d"), ("P081", "fa2", "gpu-flash2"),
+                               ("P075", "fa2", "5e85bd62d"), ("P077", "fa1", "30b.yaml"),
+                               ("P078", "fa1", "13b.yaml"),
                                ("P083", "fa1", "b2a43a147"), ("P087", "fa1", "triton"),
                                ("P089", "fa1", "triton")):
         run = by_id[run_id]
