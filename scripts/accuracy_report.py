@@ -87,9 +87,11 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   CP 4 (about 280 to 185 TFLOP/s), which no per-step cost of the ring explains (every
   step runs the same kernel shapes at any CP degree). This hardware appears in this
   source only, so its priors-only and held-out figures are the same. The NVIDIA Mixtral
-  8x22B rows at 64k tokens and CP 8 (Transformer Engine's p2p ring) are also projected
-  fast (+14 and +19 % calibrated) while the seven CP 2 rows at 8k tokens land within
-  7 %: in both frameworks the fast projections follow long sequences at CP 4-8.
+  8x22B rows at 64k tokens and CP 8 (Transformer Engine's p2p ring, whose output, LSE
+  and gradient corrections between and after the ring's flash calls are counted:
+  ``compute/te_ring.py``) are also projected fast (+12 and +17 % calibrated) while the
+  seven CP 2 rows at 8k tokens land within 7 %: in both frameworks the fast
+  projections follow long sequences at CP 4-8.
 - **llm-foundry MPT (2023 stack)**: the 8-GPU tables (llm-foundry b2a43a147, Oct 2023)
   ran ``submit_benchmarks.py``'s default ``attn_impl: triton`` (its ``sweep.sh`` sets
   none), llm-foundry's Triton FlashAttention, which its tutorial places just above

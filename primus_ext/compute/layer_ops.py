@@ -21,6 +21,7 @@ from primus_ext.compute.ops import OpCost, Shapes, bias_dropout_add, gated_activ
     linear, memory_op, norm
 from primus_ext.compute.routing import expected_max_normal  # noqa: F401
 from primus_ext.compute.routing import ranks_hit, routing_spread_factor
+from primus_ext.compute.te_ring import is_te_p2p_ring, te_ring_correction_op
 from primus_ext.compute.torch_ring import is_torch_ring, ring_merge_op
 
 
@@ -98,6 +99,8 @@ def attention_ops(sh: Shapes, window: int | None) -> list[OpCost]:
     ops.append(core_attention(sh, window=window, d_qk=d, d_v=d, kv_heads=sh.groups))
     if is_torch_ring(sh):
         ops.append(ring_merge_op(sh, d, d))
+    elif is_te_p2p_ring(sh):
+        ops.append(te_ring_correction_op(sh, d, d, sh.groups))
     ops.append(linear(sh, "proj", "proj", t, q, h))
     ops.append(bias_dropout_add(sh, "attn_bda", sh.sp_tokens))
     return ops
@@ -133,6 +136,8 @@ def mla_ops(sh: Shapes, window: int | None) -> list[OpCost]:
     ops.append(core_attention(sh, window=window, d_qk=qk, d_v=m.v_head_dim, kv_heads=heads))
     if is_torch_ring(sh):
         ops.append(ring_merge_op(sh, qk, m.v_head_dim))
+    elif is_te_p2p_ring(sh):
+        ops.append(te_ring_correction_op(sh, qk, m.v_head_dim, heads))
     ops.append(linear(sh, "proj", "proj", t, heads * m.v_head_dim, h))
     ops.append(bias_dropout_add(sh, "attn_bda", sh.sp_tokens))
     return ops
