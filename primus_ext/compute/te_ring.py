@@ -2,11 +2,12 @@
 
 megatron-core's ``cp_comm_type='p2p'`` runs core attention through Transformer Engine's
 ``AttnFuncWithCPAndKVP2P`` (``transformer_engine/pytorch/attention/dot_product_attention/
-context_parallel.py``; read at NVIDIA/TransformerEngine@d0067d0da, the same structure
-since TE 1.x). With the causal mask and load-balanced chunks each rank runs ``cp`` flash
-calls (the local causal block, then half the keys or half the queries of the other
-ranks' chunks), and between and after them, in the activations' dtype (the bf16 path;
-FP8 attention adds dequantisation, not counted):
+context_parallel.py``; read at NVIDIA/TransformerEngine@d0067d0da; v1.13's
+``attention.py`` runs the same corrections, its ``out`` starting as zeros). With the
+causal mask and load-balanced chunks each rank runs ``cp`` flash calls (the local causal
+block, then half the keys or half the queries of the other ranks' chunks), and between
+and after them, in the activations' dtype (the bf16 path; FP8 attention adds
+dequantisation, not counted):
 
 - forward: K and V concatenated into the first p2p send buffer (``torch.cat``); one
   softmax-LSE correction per step (``flash_attn_fwd_softmax_lse_correction``, on the
