@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from primus_ext.compute.gemm import (GROUPED_STREAMS, WGRAD_OUT_BYTES, WGRAD_SOURCE_BYTES,
                                       gemm_time_s, is_aligned)
-from primus_ext.spec.run import RunSpec
+from primus_ext.spec.run import RunSpec, uses_te
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +45,7 @@ class Shapes:
     """
     __slots__ = ("hw", "model", "par", "train", "batch", "seq", "tokens", "sp_tokens", "tp",
                  "cp", "ep", "etp", "heads", "groups", "head_dim", "gemm_dtype",
-                 "act_bytes", "bw", "gather_bw", "overhead", "hidden")
+                 "act_bytes", "bw", "gather_bw", "overhead", "hidden", "te")
 
     def __init__(self, spec: RunSpec) -> None:
         m, p, t = spec.model, spec.parallel, spec.train
@@ -67,6 +67,7 @@ class Shapes:
         self.bw = hw.hbm_gbps * 1e9 * hw.hbm_efficiency
         self.gather_bw = hw.hbm_gbps * 1e9 * hw.gather_hbm_efficiency
         self.overhead = hw.kernel_overhead_s
+        self.te = uses_te(spec)  # Transformer Engine layers (spec.run.uses_te)
 
 
 def fp8_cast(recipe: str) -> tuple[float, int]:

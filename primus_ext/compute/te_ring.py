@@ -34,8 +34,7 @@ from primus_ext.compute.ops import OpCost, Shapes, memory_op
 def is_te_p2p_ring(sh: Shapes) -> bool:
     """CP through Transformer Engine's p2p ring (megatron-core's default ``cp_comm_type``;
     megatron-core's CP always runs through Transformer Engine's attention)."""
-    te = sh.train.te if sh.train.te is not None else sh.hw.name != "cpu"
-    return (sh.cp > 1 and sh.par.cp_comm_type == "p2p" and te
+    return (sh.cp > 1 and sh.par.cp_comm_type == "p2p" and sh.te
             and sh.train.attention_backend != "unfused")
 
 

@@ -45,8 +45,7 @@ def is_torch_ring(sh: Shapes) -> bool:
     """CP by PyTorch's ``context_parallel`` (all-gather rotation, no Transformer Engine):
     the form torchtitan's view takes (project/torchtitan.py); megatron-core's CP always
     runs through Transformer Engine's attention."""
-    te = sh.train.te if sh.train.te is not None else sh.hw.name != "cpu"
-    return (sh.cp > 1 and sh.par.cp_comm_type == "allgather" and not te
+    return (sh.cp > 1 and sh.par.cp_comm_type == "allgather" and not sh.te
             and sh.train.attention_backend != "unfused")
 
 

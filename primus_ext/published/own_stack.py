@@ -85,17 +85,17 @@ _LARGE_SCALE_TRITON = ("mpt_13b", "mpt_30b")
 
 def llm_foundry(f: RowFacts, rec: Recipe) -> None:
     src = "llm-foundry"
-    if _LARGE_SCALE.search(f.source_detail) and f.model_preset in _LARGE_SCALE_TRITON:
-        rec.set("train", "flash_attn_impl", "fa1", f"{src}: sweep.py (5e85bd62d) runs "
-                f"{f.model_preset.removeprefix('mpt_')}.yaml with --attn_impl triton "
-                "(flash_attn_triton.py, a FlashAttention-1 class kernel)")
-    elif _LARGE_SCALE.search(f.source_detail):
-        rec.set("train", "flash_attn_impl", "fa2", f"{src}: sweep.py (5e85bd62d) attn_impl "
-                "flash with pip .[gpu-flash2] = flash-attn 2.4.2")
-    else:
+    if not _LARGE_SCALE.search(f.source_detail):
         rec.set("train", "flash_attn_impl", "fa1", f"{src}: sweep.sh / submit_benchmarks.py "
                 "(b2a43a147) leave --attn_impl at its default 'triton' (llm-foundry v0.3.0 "
                 "flash_attn_triton.py, a FlashAttention-1 class kernel)")
+    elif f.model_preset in _LARGE_SCALE_TRITON:
+        rec.set("train", "flash_attn_impl", "fa1", f"{src}: sweep.py (5e85bd62d) runs "
+                f"{f.model_preset.removeprefix('mpt_')}.yaml with --attn_impl triton "
+                "(flash_attn_triton.py, a FlashAttention-1 class kernel)")
+    else:
+        rec.set("train", "flash_attn_impl", "fa2", f"{src}: sweep.py (5e85bd62d) attn_impl "
+                "flash with pip .[gpu-flash2] = flash-attn 2.4.2")
     if f.precision == "fp8":
         rec.set("train", "fp8_recipe", "delayed", f"{src}: scripts/train/benchmarking/"
                 "submit_benchmarks.py (b2a43a147) installs Transformer Engine v0.10 for "
