@@ -4,7 +4,8 @@ step = pipeline makespan (event simulation over per-stage costs, p2p included; e
        phase timed on two clocks, the host's and the device's: project/stages.py)
      + exposed data-parallel gradient sync and parameter all-gather
      + optimizer step (device and host side by side)
-     + the host's per-iteration work (read-backs, the training loop: host_step.py),
+     + the host's per-iteration work (read-backs, the training loop: host_step.py)
+     + the other ranks' host pauses an FSDP group waits for (host_pauses.py),
 taken on the slowest pipeline stage. Overlap rules for the data-parallel part
 (megatron-core DDP and distributed optimizer):
 
@@ -21,6 +22,7 @@ from primus_ext.compute.model_flops import FORMULA_NAME, model_flops_per_token
 from primus_ext.project.calibration import Calibration, load_calibration
 from primus_ext.compute.costs import LayerCosts
 from primus_ext.project.dp_sync import dp_sync
+from primus_ext.project.host_pauses import host_pause_s, pause_group_size
 from primus_ext.project.host_step import p2p_host_s, step_host
 from primus_ext.project.bands import spec_features
 from primus_ext.project.estimate_types import Estimate
@@ -136,6 +138,9 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
     # loss keeps it a little longer after the others are done) the one with the most
     # work of its own, so that the breakdown shows the stage that sets the pace rather
     # than one that waits for it. The step ends with the last stage to finish.
+    # Other ranks' host pauses, waited for at FSDP's per-layer collectives (host_pauses).
+    pause = host_pause_s(spec, max(totals))
+    totals = [t + pause for t in totals]
     step_s = max(totals)
     crit = max((s for s in range(len(totals)) if totals[s] >= step_s * (1 - TIED_STAGES)),
                key=lambda s: busy[s] + sync.exposed_s[s] + optimizer[s]
@@ -153,7 +158,7 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
         # What the host clock adds: host-bound phases of the layers, the optimizer's
         # host time beyond its device time, the loop's own work.
         "host_s": m * (st.host_s[crit] if st.host_s else 0.0)
-        + optimizer[crit] - sync.optimizer_s[crit] + host[crit].other_s,
+        + optimizer[crit] - sync.optimizer_s[crit] + host[crit].other_s + pause,
     }
     # The pipeline's idle time and p2p waits on the critical stage close the sum.
     breakdown["pp_bubble_s"] = max(step_s - sum(breakdown.values()), 0.0)
@@ -164,6 +169,11 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
     peak = spec.cluster.hardware.peak_tflops(spec.train.precision)
     tflops = flops / step_s / world / 1e12
     notes = (f"layout: {spec.layout.describe()}",) + tuple(costs.notes) + sync.notes
+    if pause:
+        notes += (f"host pauses: {pause_group_size(spec) - 1} other ranks of the FSDP "
+                  f"group x hardware.host_pause_fraction="
+                  f"{spec.cluster.hardware.host_pause_fraction:.3g} of the step "
+                  f"(+{pause:.4g} s, in host_s)",)
     if framework_spec.framework == "torchtitan":
         from primus_ext.project.torchtitan import view_notes
         notes = view_notes(framework_spec) + notes

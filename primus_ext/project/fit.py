@@ -43,7 +43,13 @@ FITTED = {
     "fp8_gemm": (("fp8_gemm_efficiency",), 0.25, 0.85),
     "attention": (("attention_efficiency", "attention_bwd_efficiency"), 0.1, 0.9),
     "scale_out": (("scale_out_efficiency",), 0.3, 0.96),
+    # Unsynchronised host pauses (project/host_pauses.py): from a microsecond a second to
+    # a millisecond a second of each rank's time; fitted only on presets with FSDP rows
+    # whose group spans more than one rank (``_knobs``), with the host constants' wide
+    # prior (no datasheet states it).
+    "host_pause": (("host_pause_fraction",), 1e-6, 1e-3),
 }
+WIDE_PRIOR = {"host_pause"}
 # The host clock's constants (spec/hardware.py, compute/host.py), fitted on runs whose
 # step the host sets: Megatron-LM's GPU-measured functional tests (published/golden.py).
 # Bounds: a node CPU from a tenth to ten times the reference host; launch 2-8 us (AP
@@ -163,7 +169,7 @@ def _objective(rows, hw, factors, project_row) -> float:
     errs = _errors(rows, _values(hw, factors), project_row)
     loss = sum(_rho(e) for e in errs) / max(len(errs), 1)
     penalty = sum(math.log(f) ** 2 / (2 * (HOST_PRIOR_SIGMA if k in HOST_FITTED
-                                           else PRIOR_SIGMA) ** 2)
+                                           or k in WIDE_PRIOR else PRIOR_SIGMA) ** 2)
                   for k, f in factors.items())
     return loss + ROW_SIGMA ** 2 / max(len(rows), 1) * penalty
 
@@ -201,6 +207,20 @@ def fit_hardware(hw: HardwareSpec, rows, project_row, knobs=tuple(FITTED),
                         best, factors, improved = obj, trial, True
     values = _values(hw, factors)
     return values, before, _msle(_errors(rows, values, project_row))
+
+
+def _knobs(rows) -> tuple[str, ...]:
+    """The efficiency knobs a preset's rows can inform: ``host_pause`` only where some
+    row waits for other ranks' pauses (an FSDP group of more than one rank)."""
+    from primus_ext.project.host_pauses import pause_group_size
+    from primus_ext.project.torchtitan import simulated_view
+
+    def group(spec):
+        return pause_group_size(simulated_view(spec) if spec.framework == "torchtitan"
+                                else spec)
+    if any(group(run.spec) > 1 for run, _ in rows):
+        return tuple(FITTED)
+    return tuple(k for k in FITTED if k != "host_pause")
 
 
 def usable_rows(runs) -> list[tuple]:
@@ -271,8 +291,9 @@ def fit(runs, project_fn, base: Calibration | None = None,
         hw = rows[0][0].spec.cluster.hardware
         start = warm.constants.get(name) if warm else None
         values, before, after = fit_once(("efficiency", name), hw, rows, project_row,
-                                         start=start)
-        constants[name] = {k: round(v, 4) for k, v in values.items()}
+                                         start=start, knobs=_knobs(rows))
+        constants[name] = {k: round(v, 4) if v >= 0.01 else _sig(v)
+                           for k, v in values.items()}
         report[name] = {"rows": len(rows), "msle_before": before, "msle_after": after,
                         **constants[name]}
     host_by_hw = _by_hardware(host_runs)

@@ -152,6 +152,14 @@ class HardwareSpec:
     collective_host_s: float = 20e-6
     sync_s: float = 20e-6
     step_host_s: float = 5e-3
+    # Fraction of a rank's time lost to pauses that are not synchronised across ranks
+    # (OS daemons and interrupts, the Python runtime, the NCCL proxy thread). A collective
+    # over n ranks waits for any member's pause, so the per-layer collectives of FSDP make
+    # the other n - 1 ranks' pauses everyone's (project/host_pauses.py; the mechanism:
+    # Hoefler, Schneider, Lumsdaine, "Characterizing the Influence of System Noise on
+    # Large-Scale Applications by Simulation", SC10). Prior 1e-4 (100 us a second: a few
+    # scheduler ticks), fitted per preset by mode=calibrate where FSDP runs at scale exist.
+    host_pause_fraction: float = 1e-4
     host_clock: bool = True
     tdp_w: float | None = None
     # GEMM workspaces held in PyTorch's caching allocator (memory/overhead.py), bytes:
@@ -219,6 +227,9 @@ class HardwareSpec:
                   "collective_host_s", "sync_s",
                   "step_host_s", "host_link_gbps"):
             non_negative(_OWNER, f, getattr(self, f))
+        if not 0 <= self.host_pause_fraction < 0.01:
+            raise ValueError(f"hardware.host_pause_fraction={self.host_pause_fraction} "
+                             "must be in [0, 0.01) (a fraction of each rank's time)")
         v = self.comm_overlap_penalty
         non_negative(_OWNER, "comm_overlap_penalty", v)
         if v > 1:
