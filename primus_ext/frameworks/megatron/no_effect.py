@@ -82,8 +82,10 @@ _REASONS = {
         "--full-validation "
         "--multiple-validation-sets"),
     "process setup and host-side housekeeping (initialisation, export and "
-    "post-training builders; --manual-gc: no Python GC pauses, which the projection "
-    "counts none of either way)": (
+    "post-training builders; --manual-gc: Python's collections run on every rank at "
+    "the same iteration instead of at each rank's own time; the unsynchronised host "
+    "pauses the projection charges FSDP groups (project/host_pauses.py) show in "
+    "torchtitan's GC-aligned runs as in the others, so it changes none of them)": (
         "--distributed-backend --distributed-timeout-minutes --use-mcore-models "
         "--enable-experimental --manual-gc --manual-gc-interval --no-check-for-nan-in-loss-"
         "and-grad --init-model-with-meta-device "
