@@ -26,11 +26,15 @@ from primus_ext.spec import RunSpec
 
 def pause_group_size(spec: RunSpec) -> int:
     """Ranks whose pauses a rank waits for within the step: its FSDP shard group (the
-    dense data x context-parallel group of an FSDP run, one HSDP replica's), else 1.
-    ``spec``: the costed view (a torchtitan run's megatron-equivalent layout)."""
-    if not spec.parallel.fsdp:
+    dense data x context-parallel group of an FSDP run; one HSDP replica's: Megatron-FSDP
+    shards within each of ``num_distributed_optimizer_instances``), else 1.
+    ``spec``: the costed view (a torchtitan run's megatron-equivalent layout, one HSDP
+    replica)."""
+    par = spec.parallel
+    if not par.fsdp:
         return 1
-    return group_span(spec, "dp_cp").size
+    return max(group_span(spec, "dp_cp").size // par.num_distributed_optimizer_instances,
+               1)
 
 
 def host_pause_s(spec: RunSpec, step_s: float) -> float:

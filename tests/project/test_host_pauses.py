@@ -64,6 +64,10 @@ def test_the_fsdp_group_pays_its_members_pauses():
     assert pause_group_size(spec) == 512
     f = spec.cluster.hardware.host_pause_fraction
     assert host_pause_s(spec, 2.0) == pytest.approx(511 * f * 2.0)
+    # Megatron-FSDP with two optimizer instances (HSDP): each shards over 256 ranks.
+    hsdp = replace(spec, parallel=replace(spec.parallel,
+                                          num_distributed_optimizer_instances=2))
+    assert pause_group_size(hsdp) == 256
     # No FSDP (a distributed-optimizer run): nothing waits within the step.
     dist = replace(spec, parallel=replace(spec.parallel, fsdp=False,
                                           fsdp_reshard_after_forward=True,
