@@ -39,7 +39,7 @@ from scripts.known_gaps import LIMITS  # noqa: E402
 OUT = ROOT / "docs" / "accuracy.md"
 SHORT = {"compute_s": "comp", "recompute_s": "rec", "tp_comm_s": "tp", "cp_comm_s": "cp",
          "ep_comm_s": "ep", "pp_bubble_s": "bubble", "dp_comm_s": "dp",
-         "optimizer_s": "opt", "host_s": "host"}
+         "optimizer_s": "opt", "host_s": "host", "host_pause_s": "pause"}
 
 HEADER = """# Projector accuracy on published runs (generated)
 

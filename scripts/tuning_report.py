@@ -42,7 +42,8 @@ MECHANISMS = {"pp_bubble_s": "fewer bubbles", "tp_comm_s": "less exposed communi
               "cp_comm_s": "less exposed communication",
               "ep_comm_s": "less exposed communication",
               "dp_comm_s": "less exposed communication", "recompute_s": "less recompute",
-              "compute_s": "a better batch split", "optimizer_s": "a better batch split"}
+              "compute_s": "a better batch split", "optimizer_s": "a better batch split",
+              "host_pause_s": "a smaller FSDP group (fewer ranks' host pauses)"}
 
 
 def _projected(spec) -> dict:

@@ -11,7 +11,7 @@ from primus_ext.tune.space import AXES, as_dict, describe
 
 _GIB = 2**30
 _PARTS = ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s",
-          "pp_bubble_s", "dp_comm_s", "optimizer_s")
+          "pp_bubble_s", "dp_comm_s", "optimizer_s", "host_pause_s")
 
 
 def _f(v, nd=3) -> str:

@@ -158,7 +158,9 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
         # What the host clock adds: host-bound phases of the layers, the optimizer's
         # host time beyond its device time, the loop's own work.
         "host_s": m * (st.host_s[crit] if st.host_s else 0.0)
-        + optimizer[crit] - sync.optimizer_s[crit] + host[crit].other_s + pause,
+        + optimizer[crit] - sync.optimizer_s[crit] + host[crit].other_s,
+        # Other ranks' pauses waited for (host_pauses.py): not this host's issue time.
+        "host_pause_s": pause,
     }
     # The pipeline's idle time and p2p waits on the critical stage close the sum.
     breakdown["pp_bubble_s"] = max(step_s - sum(breakdown.values()), 0.0)
@@ -173,7 +175,7 @@ def project(spec: RunSpec, *, costs: LayerCosts | None = None,
         notes += (f"host pauses: {pause_group_size(spec) - 1} other ranks of the FSDP "
                   f"group x hardware.host_pause_fraction="
                   f"{spec.cluster.hardware.host_pause_fraction:.3g} of the step "
-                  f"(+{pause:.4g} s, in host_s)",)
+                  f"(+{pause:.4g} s: host_pause_s)",)
     if framework_spec.framework == "torchtitan":
         from primus_ext.project.torchtitan import view_notes
         notes = view_notes(framework_spec) + notes

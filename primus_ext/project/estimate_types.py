@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 BREAKDOWN_KEYS = ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s",
-                  "pp_bubble_s", "dp_comm_s", "optimizer_s", "host_s")
+                  "pp_bubble_s", "dp_comm_s", "optimizer_s", "host_s", "host_pause_s")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
