@@ -50,7 +50,7 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   interleaved schedule follows from the PP communication overlap they state; the micro
   batch (1) and the number of virtual stages (the smallest the layers divide into) are
   not published. The 32B row (TP8, 48-way DP, 4 microbatches) is still projected about
-  27 % slow: its modelled compute alone (0.88 s) equals the measured step (0.89 s), so
+  26 % slow: its modelled compute alone (0.87 s) equals the measured step (0.89 s), so
   no timing of its data-parallel reduce-scatter and all-gather (7.9 GB each at line rate
   over one NIC per GPU, with the last backward and the first forward to hide behind, as
   core_r0.8.0 launches them: distributed_data_parallel ``no_sync`` until the last
@@ -99,8 +99,8 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   is fitted to 0.59, so GB200 is projected 1.30x B200 where the two GPT-OSS BF16 rows
   measure 1.15x;
   NeMo AutoModel (its loss is torch's cross-entropy on the bf16 logits,
-  ``train.loss_impl=torch``; Qwen3-30B-A3B -10 % and GPT-OSS-20B -17 %, while DeepSeek-V3 on
-  1024 GPUs is +16 %, whose benchmark config of the table's time gives 4 layers per
+  ``train.loss_impl=torch``; Qwen3-30B-A3B -9 % and GPT-OSS-20B -16 %, while DeepSeek-V3 on
+  1024 GPUs is +20 %, whose benchmark config of the table's time gives 4 layers per
   virtual stage where the table prints VP 8; DeepSeek-V3 on 256 and Kimi K2 within 3 %);
   Qwen3-30B-A3B FP8 on H100 at one 4096-token micro batch (-6 / +15 % after Transformer
   Engine's per-expert quantisation kernels and GroupedLinear's per-GEMM host time, whose

@@ -215,10 +215,7 @@ def _knobs(rows) -> tuple[str, ...]:
     from primus_ext.project.host_pauses import pause_group_size
     from primus_ext.project.torchtitan import simulated_view
 
-    def group(spec):
-        return pause_group_size(simulated_view(spec) if spec.framework == "torchtitan"
-                                else spec)
-    if any(group(run.spec) > 1 for run, _ in rows):
+    if any(pause_group_size(simulated_view(run.spec)) > 1 for run, _ in rows):
         return tuple(FITTED)
     return tuple(k for k in FITTED if k != "host_pause")
 

@@ -309,7 +309,7 @@ def project_from_profile(profile: Profile | str, target_spec: RunSpec, *,
         spec = calib.apply(target_spec)
     # A torchtitan target's layers are costed on its megatron-equivalent layout, as the
     # estimate composes its step (project/torchtitan.py: FSDP2's per-block collectives).
-    view = simulated_view(spec) if spec.framework == "torchtitan" else spec
+    view = simulated_view(spec)
     if same_hardware(profile, target_spec) and view.parallel.pp > 1:
         from primus_ext.project.pipeline_insitu import pipeline_costs
         costs, extra = pipeline_costs(profile, view)
