@@ -30,30 +30,20 @@ def held_out_results(runs, warm=None, host_runs=()) -> list:
     by_id, memo = {}, {}
     for source in sorted({r.source for r in runs}):
         train = [r for r in runs if r.source != source]
-        calib = fit(train, _uncalibrated, warm=warm, memo=memo).calibration
         if host_runs and warm is not None:
             # The host constants are fitted on the host rows alone, which holding out a
-            # published source does not touch: the all-source fit's, as fitted.
-            calib = with_host_constants(calib, warm)
-        elif host_runs:
-            calib = fit(train, _uncalibrated, host_runs=host_runs, memo=memo).calibration
+            # published source does not touch: the all-source fit's, as fitted, but a
+            # host speed fitted on published rows (project/fit_host_rows.py) refitted on
+            # the other sources' rows alone.
+            calib = fit(train, _uncalibrated, warm=warm, memo=memo,
+                        host_donor=warm).calibration
+        else:
+            calib = fit(train, _uncalibrated, warm=warm, host_runs=host_runs,
+                        memo=memo).calibration
         for r in runs:
             if r.source == source:
                 by_id[id(r)] = project_run(r, calib)
     return [by_id[id(r)] for r in runs]
-
-
-def with_host_constants(calib, donor):
-    """``calib`` with the host constants (fit.HOST_FITTED fields) of ``donor``."""
-    from primus_ext.project.calibration import Calibration
-    from primus_ext.project.fit import HOST_FITTED
-    fields = {f for fs, _, _ in HOST_FITTED.values() for f in fs}
-    constants = {n: dict(v) for n, v in calib.constants.items()}
-    for name, values in donor.constants.items():
-        host = {k: v for k, v in values.items() if k in fields}
-        if host:
-            constants[name] = {**constants.get(name, {}), **host}
-    return Calibration(constants=constants, meta=calib.meta)
 
 
 def held_out_host_results(runs, host_runs, warm=None) -> list:

@@ -32,6 +32,8 @@ import math
 from dataclasses import dataclass
 
 from primus_ext.project.calibration import Calibration
+from primus_ext.project.fit_host_rows import (META_KEY, donor_host_constants,
+                                              fit_row_host_speeds)
 from primus_ext.spec import HardwareSpec
 
 # knob -> (HardwareSpec fields it scales, lower bound, upper bound of each field). Upper
@@ -74,6 +76,7 @@ PRIOR_SIGMA = 0.15
 # wide prior, in log units.
 HOST_PRIOR_SIGMA = 1.0
 KNOBS = {**FITTED, **HOST_FITTED}
+HOST_FIELDS = frozenset(f for fs, _, _ in HOST_FITTED.values() for f in fs)
 _STEPS = (1.25, 1.1, 1.04, 1.015)
 
 
@@ -117,7 +120,7 @@ def _inherit_host(constants: dict, rows_per_hw: dict) -> dict:
     donor = max(rows_per_hw, key=lambda n: rows_per_hw[n])
     prior = hardware_preset(donor)
     fitted = {k: v for k, v in constants[donor].items()
-              if k in {f for fs, _, _ in HOST_FITTED.values() for f in fs}}
+              if k in HOST_FIELDS}
     out = {}
     for name in list_presets("hardware"):
         hw = hardware_preset(name)
@@ -245,8 +248,8 @@ def _sig(v: float) -> float:
 
 
 def fit(runs, project_fn, base: Calibration | None = None,
-        warm: Calibration | None = None, host_runs=(), memo: dict | None = None
-        ) -> FitReport:
+        warm: Calibration | None = None, host_runs=(), memo: dict | None = None,
+        host_donor: Calibration | None = None) -> FitReport:
     """Fit every hardware preset that has measured rows among ``runs``.
 
     ``runs``: PublishedRun-like objects with ``spec`` and a measured tokens figure
@@ -261,6 +264,10 @@ def fit(runs, project_fn, base: Calibration | None = None,
     ``memo``: a dict shared by the fits of one session over the same run objects (the
     leave-one-out refits): a preset whose rows, start and held constants repeat a fit
     already made takes its result, which the deterministic search would only reproduce.
+    ``host_donor``: an all-source calibration whose host constants stand in for a host
+    fit of this one (the leave-one-source-out refits: holding out a published source
+    leaves the host-time rows as they are), each row-fitted host speed as inherited
+    (project/fit_host_rows.py).
     """
     memo = {} if memo is None else memo
 
@@ -297,7 +304,7 @@ def fit(runs, project_fn, base: Calibration | None = None,
     for name, rows in sorted(host_by_hw.items()):
         hw = rows[0][0].spec.cluster.hardware
         held = {k: v for k, v in constants.get(name, {}).items()
-                if k not in {f for fs, _, _ in HOST_FITTED.values() for f in fs}}
+                if k not in HOST_FIELDS}
         start = warm.constants.get(name) if warm else None
 
         def project_held(run, values, held=held):
@@ -313,9 +320,15 @@ def fit(runs, project_fn, base: Calibration | None = None,
     inherited = _inherit(constants, {n: len(r) for n, r in
                                      {**by_hw, **host_by_hw}.items()})
     inherited.update(_inherit_host(constants, {n: len(r) for n, r in host_by_hw.items()}))
+    if host_donor is not None:
+        for name, host in donor_host_constants(host_donor, HOST_FIELDS).items():
+            constants[name] = {**constants.get(name, {}), **host}
+    row_host = fit_row_host_speeds(
+        by_hw, set(host_by_hw), constants, fit_once, project_row, _knobs,
+        lambda v: round(v, 4) if v >= 0.01 else _sig(v))
     meta = {"fitted_knobs": {k: list(v[0]) for k, v in KNOBS.items()},
             "host_prior_sigma": HOST_PRIOR_SIGMA,
             "loss": "pseudo-Huber of the log error", "row_sigma": ROW_SIGMA,
-            "prior_sigma": PRIOR_SIGMA, "inherited": inherited}
+            "prior_sigma": PRIOR_SIGMA, "inherited": inherited, META_KEY: row_host}
     return FitReport(calibration=Calibration(constants=constants, meta=meta),
                      per_hardware=report)

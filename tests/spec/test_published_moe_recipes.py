@@ -3,6 +3,8 @@
 Megatron-MoE-ModelZoo, NeMo AutoModel and AMD Primus' MoE package)."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from primus_ext.published import DEFAULT_PATH, read_runs
@@ -139,6 +141,14 @@ def test_primus_moe_package_rows(by_id):
         assert by_id[run_id].spec.train.device_hw_queues == 2, run_id
         assert _noted(by_id[run_id], "GPU_MAX_HW_QUEUES"), run_id
     assert by_id["P097"].spec.train.device_hw_queues is None  # not stated there
+    # Figure 6's baseline micro-batch sweep: the MBS 12 bar's settings, GBS 64 x MBS.
+    for run_id, mbs in (("P131", 1), ("P132", 2), ("P133", 4), ("P134", 8)):
+        sweep, bar = by_id[run_id].spec, by_id["P113"].spec
+        assert sweep.train.micro_batch_size == mbs, run_id
+        assert sweep.train.global_batch_size == 64 * mbs, run_id
+        assert dataclasses.replace(sweep.train, micro_batch_size=12,
+                                   global_batch_size=768) == bar.train, run_id
+        assert (sweep.parallel, sweep.model) == (bar.parallel, bar.model), run_id
 
 
 def test_nvidia_and_primus_rows_route_mock_data(by_id):
