@@ -25,6 +25,7 @@ from primus_ext.project.calibration import DEFAULT_PATH as CALIB_PATH  # noqa: E
 from primus_ext.project.calibration import load_calibration  # noqa: E402
 from primus_ext.project.fit import (FITTED, HOST_FITTED, HOST_PRIOR_SIGMA,  # noqa: E402
                                    PRIOR_SIGMA, ROW_SIGMA)
+from primus_ext.project.fit_host_rows import META_KEY  # noqa: E402
 from primus_ext.project.validate import percentile, summarize  # noqa: E402
 from primus_ext.presets import hardware_preset  # noqa: E402
 from primus_ext.published import DEFAULT_PATH, read_runs  # noqa: E402
@@ -165,7 +166,9 @@ def constants(calib) -> list[str]:
     lines = ["## Fitted constants", "",
              f"Knobs: {knobs}. Loss: pseudo-Huber of the log error (scale {ROW_SIGMA}); "
              f"prior: log-normal around the preset value with sigma {PRIOR_SIGMA} (host "
-             f"constants: {HOST_PRIOR_SIGMA}, fitted on the golden cases alone).", "",
+             f"constants: {HOST_PRIOR_SIGMA}, fitted on the golden cases; a preset without "
+             "golden cases inherits them, its host speed fitted on its own rows where two or "
+             f"more are host-bound: {_row_host(calib)}).", "",
              "| hardware | field | preset prior | fitted | ratio |",
              "| --- | --- | ---: | ---: | ---: |"]
     for name, values in sorted(calib.constants.items()):
@@ -174,6 +177,13 @@ def constants(calib) -> list[str]:
             prior = getattr(hw, field)
             lines.append(f"| {name} | {field} | {prior:.4g} | {v:.4g} | {v / prior:.3f} |")
     return lines
+
+
+def _row_host(calib) -> str:
+    fitted = calib.meta.get(META_KEY, {})
+    return "; ".join(f"{name} {v['inherited']:.4g} -> {v['fitted']:.4g} "
+                     f"({v['host_bound_rows']} host-bound rows)"
+                     for name, v in sorted(fitted.items())) or "none"
 
 
 def loso_table(held, seconds: float) -> list[str]:
