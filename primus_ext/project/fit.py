@@ -320,11 +320,15 @@ def fit(runs, project_fn, base: Calibration | None = None,
     inherited = _inherit(constants, {n: len(r) for n, r in
                                      {**by_hw, **host_by_hw}.items()})
     inherited.update(_inherit_host(constants, {n: len(r) for n, r in host_by_hw.items()}))
+    skip = set(host_by_hw)  # presets whose host-time cases set their host constants
     if host_donor is not None:
-        for name, host in donor_host_constants(host_donor, HOST_FIELDS).items():
+        donor_host = donor_host_constants(host_donor, HOST_FIELDS)
+        for name, host in donor_host.items():
             constants[name] = {**constants.get(name, {}), **host}
+        skip |= set(donor_host) - set(host_donor.meta.get("inherited", {})) - set(
+            host_donor.meta.get(META_KEY, {}))
     row_host = fit_row_host_speeds(
-        by_hw, set(host_by_hw), constants, fit_once, project_row, _knobs,
+        by_hw, skip, constants, fit_once, project_row, _knobs,
         lambda v: round(v, 4) if v >= 0.01 else _sig(v))
     meta = {"fitted_knobs": {k: list(v[0]) for k, v in KNOBS.items()},
             "host_prior_sigma": HOST_PRIOR_SIGMA,
