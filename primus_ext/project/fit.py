@@ -247,6 +247,12 @@ def _sig(v: float) -> float:
     return float(f"{v:.4g}")
 
 
+def _rounded(v: float) -> float:
+    """A fitted efficiency as stored: four decimals, small fractions (host pauses) to
+    four significant digits."""
+    return round(v, 4) if v >= 0.01 else _sig(v)
+
+
 def fit(runs, project_fn, base: Calibration | None = None,
         warm: Calibration | None = None, host_runs=(), memo: dict | None = None,
         host_donor: Calibration | None = None) -> FitReport:
@@ -296,8 +302,7 @@ def fit(runs, project_fn, base: Calibration | None = None,
         start = warm.constants.get(name) if warm else None
         values, before, after = fit_once(("efficiency", name), hw, rows, project_row,
                                          start=start, knobs=_knobs(rows))
-        constants[name] = {k: round(v, 4) if v >= 0.01 else _sig(v)
-                           for k, v in values.items()}
+        constants[name] = {k: _rounded(v) for k, v in values.items()}
         report[name] = {"rows": len(rows), "msle_before": before, "msle_after": after,
                         **constants[name]}
     host_by_hw = _by_hardware(host_runs)
@@ -327,9 +332,8 @@ def fit(runs, project_fn, base: Calibration | None = None,
             constants[name] = {**constants.get(name, {}), **host}
         skip |= set(donor_host) - set(host_donor.meta.get("inherited", {})) - set(
             host_donor.meta.get(META_KEY, {}))
-    row_host = fit_row_host_speeds(
-        by_hw, skip, constants, fit_once, project_row, _knobs,
-        lambda v: round(v, 4) if v >= 0.01 else _sig(v))
+    row_host = fit_row_host_speeds(by_hw, skip, constants, fit_once, project_row, _knobs,
+                                   _rounded)
     meta = {"fitted_knobs": {k: list(v[0]) for k, v in KNOBS.items()},
             "host_prior_sigma": HOST_PRIOR_SIGMA,
             "loss": "pseudo-Huber of the log error", "row_sigma": ROW_SIGMA,
