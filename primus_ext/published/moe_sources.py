@@ -20,7 +20,11 @@ they leave unstated takes the source's documented default, each with a note.
   ``--moe-router-force-load-balancing`` (opt-in, "Add --moe-router-force-load-balancing to
   test forced load balancing", best_practice/qwen3/readme.md) the router routes the text,
   except where the repository's own launch script for the row's layout forces it
-  (``best_practice/qwen3/run_h100_235b.sh``: TP 2, PP 8, VPP 4, EP 32, GBS 2048).
+  (``best_practice/qwen3/run_h100_235b.sh``: TP 2, PP 8, VPP 4, EP 32, GBS 2048) or the
+  row's notes say so (the H100 table's own launch script, ``examples/qwen3/run_235b.sh``
+  @8017e1120f5d, forces it on every layout of the table). A row whose notes give its
+  line's ``--no-gradient-accumulation-fusion`` (the Megatron-FSDP row) adds its weight
+  gradients into ``main_grad`` by a kernel of their own.
 - **NeMo AutoModel** (github.com/NVIDIA-NeMo/Automodel @e45812012456,
   ``examples/llm_benchmark/*/*_te_deepep*.yaml``; ``components/models/common/utils.py
   BackendConfig``): ``dispatcher: deepep``, ``experts: gmm`` (grouped_gemm's multi-stream
@@ -65,6 +69,7 @@ _A2A = re.compile(r"all-to-all dispatcher|\(table: A2A\)", re.I)
 _HYBRIDEP = re.compile(r"\bHybridEP\b", re.I)
 _FORCED = re.compile(r"forced load balancing", re.I)
 _A2A_OVERLAP = re.compile(r"\+1f1b overlap|A2A_OVERLAP=1", re.I)
+_NO_GAF = re.compile(r"--no-gradient-accumulation-fusion")
 _GRAPHS = re.compile(r"CUDA graphs \(([^)]*)\)", re.I)
 _MXFP8 = re.compile(r"\bMXFP8\b", re.I)
 _LBS = re.compile(r"\bLBS (\d+)\b")
@@ -117,6 +122,9 @@ def modelzoo(f: RowFacts, rec: Recipe) -> None:
     else:
         why = "not forced (opt-in): the router routes the text"
     rec.set("train", "moe_router_force_load_balancing", forced, f"{src}: {why}")
+    if _NO_GAF.search(f.notes):
+        rec.set("train", "gradient_accumulation_fusion", False,
+                f"{src}: the row's --no-gradient-accumulation-fusion")
     if _A2A_OVERLAP.search(f.notes):
         rec.set("parallel", "overlap_moe_expert_parallel_comm", True,
                 f"{src} sbatch_benchmarking.sh: A2A_OVERLAP=1")

@@ -83,13 +83,16 @@ def test_modelzoo_rows(by_id):
     assert by_id["P107"].spec.parallel.moe_flex_dispatcher_backend == "hybridep"
     assert by_id["P099"].spec.parallel.overlap_moe_expert_parallel_comm
     assert not by_id["P098"].spec.parallel.overlap_moe_expert_parallel_comm
-    # the text routes through the trained router unless forced ...
+    # forced by the row (long context; the H100 table's own launch script) or by the
+    # repository's script for the row's layout
     s = by_id["P101"].spec
-    assert s.train.moe_routing_data == "real" and not s.train.moe_router_force_load_balancing
-    # ... by the row (long context) or by the repository's script for the row's layout
+    assert s.train.moe_routing_data == "real" and s.train.moe_router_force_load_balancing
     assert by_id["P103"].spec.train.moe_router_force_load_balancing
     assert by_id["P098"].spec.train.moe_router_force_load_balancing
     assert _noted(by_id["P098"], "run_h100_235b.sh")
+    # the FSDP row's line: --no-gradient-accumulation-fusion
+    assert not by_id["P100"].spec.train.gradient_accumulation_fusion
+    assert by_id["P101"].spec.train.gradient_accumulation_fusion
     # the benchmarking yaml: fused router and permutation, aux loss, fp32 router, FP32
     # gradient reduction (no --grad-reduce-in-bf16)
     assert s.parallel.moe_router_fusion and s.parallel.moe_permute_fusion
@@ -99,6 +102,18 @@ def test_modelzoo_rows(by_id):
                                                          "moe_preprocess")
     assert by_id["P108"].spec.train.fp8_recipe == "mxfp8"
     assert "padding" in by_id["P108"].spec.parallel.moe_router_terms
+
+
+def test_modelzoo_row_that_states_no_balancing_routes_the_text(tmp_path):
+    # P101 with the forcing sentence taken out of its notes: the router routes the text.
+    lines = DEFAULT_PATH.read_text().splitlines(keepends=True)
+    row = next(x for x in lines if x.startswith("P101,"))
+    cut = row.split("forced load balancing")[0] + "router balancing not stated\",,,,\n"
+    path = tmp_path / "runs.csv"
+    path.write_text(lines[0] + cut)
+    (run,) = read_runs(path)
+    assert run.spec.train.moe_routing_data == "real"
+    assert not run.spec.train.moe_router_force_load_balancing
 
 
 def test_automodel_rows(by_id):
