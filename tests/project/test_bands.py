@@ -74,9 +74,10 @@ def test_held_out_coverage_of_the_public_set(committed):
 
 def test_layout_pairs_correlate(committed):
     """Two layouts of one job err alike: the fitted rho is that of the committed pairs,
-    and positive (their differences vary less than their errors)."""
+    and positive (their differences vary less than their errors). The committed rows
+    keep their residuals rounded, so the recomputed rho may differ in its last digit."""
     corr = layout_correlation(committed["rows"])
-    assert corr["jobs"] >= 5 and corr["rho"] == committed["rho"]
+    assert corr["jobs"] >= 5 and abs(corr["rho"] - committed["rho"]) <= 2e-4
     assert 0.0 < committed["rho"] <= 0.95
 
 
