@@ -51,6 +51,10 @@ class LayerCost:
     # synchronisation or is not split (project/stages.py runs the two clocks over it).
     fwd_post_sync_s: float = 0.0
     fwd_post_sync_host_s: float = 0.0
+    # The same forward op by op in issue order, where the backend knows it: (host
+    # seconds, device seconds, kernels, synchronises after) per step, its sums the
+    # figures above (compute/host_moe.py forward_issue); empty: the two blocks.
+    fwd_issue: tuple[tuple[float, float, float, bool], ...] = ()
 
     @property
     def fwd_comm_s(self) -> float:

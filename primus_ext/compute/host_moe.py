@@ -109,13 +109,52 @@ def _scope_ops(spec, scopes: frozenset[str]) -> frozenset[str]:
     return frozenset(out)
 
 
+def post_sync_comms(comms) -> frozenset[str]:
+    """The MoE block's forward collectives after its synchronisation: all but the
+    token-count gather."""
+    return frozenset(c.name for c, mod in comms if c.phase == "fwd" and mod == "moe"
+                     and c.name not in PRE_SYNC_COMMS)
+
+
 def post_sync_device_s(spec, ops, comms) -> float:
     """Device seconds of an MoE block's forward after its synchronisation: its ops past
     the pre-sync part and its exposed forward collectives but the token-count gather."""
+    post = post_sync_ops(spec, ops)
+    names = post_sync_comms(comms)
+    return sum(o.fwd_s for o in ops if o.name in post) + sum(
+        c.exposed_s for c, _ in comms if c.name in names)
+
+
+def post_sync_ops(spec, ops) -> frozenset[str]:
+    """The MoE block's ops issued after its synchronisation (``post_sync_device_s``'s)."""
     pre = _scope_ops(spec, pre_sync_scopes(spec))
-    dev = sum(o.fwd_s for o in ops if o.name not in pre and o.module != "shared_experts")
-    return dev + sum(c.exposed_s for c, mod in comms if c.phase == "fwd" and mod == "moe"
-                     and c.name not in PRE_SYNC_COMMS)
+    return frozenset(o.name for o in ops if o.name not in pre
+                     and o.module != "shared_experts")
+
+
+def forward_issue(ops, post: frozenset[str], fill: int, host_s: float,
+                  post_host_s: float) -> tuple[tuple[float, float, float, bool], ...]:
+    """An MoE layer's forward op by op in issue order, as (host seconds, device seconds,
+    kernels, synchronises after) steps for the two clocks (project/stages.py
+    ``run_clocks``): the layer's ops up to its synchronisation (attention, the pre-MLP
+    norm, the router, the dispatcher's preprocessing, the shared experts), the
+    read-back, then the experts and the rest of the block (``post``: the ops after it).
+    Each side's host seconds (``host_s`` in all, ``post_host_s`` after the read-back)
+    are shared among its ops by their kernels: the host's work per op is its launches,
+    the Python around them and the modules' calls. The device seconds are the ops'
+    compute only: the collectives are the two-block view's (stages.py takes the longer
+    of the two), so that faster compute, which may expose more of a collective, never
+    lengthens this one."""
+    out = []
+    sides = (([o for o in ops if o.name not in post], max(host_s - post_host_s, 0.0), True),
+             ([o for o in ops if o.name in post], post_host_s, False))
+    for side, host, sync_last in sides:
+        kernels = sum(max(fill * o.fwd_kernels, 1) for o in side) or 1
+        for i, o in enumerate(side):
+            k = max(fill * o.fwd_kernels, 1)
+            out.append((host * k / kernels, o.fwd_s, float(k),
+                        sync_last and i == len(side) - 1))
+    return tuple(out)
 
 
 def captured_moe_work(spec, ops, comms, fill: int,

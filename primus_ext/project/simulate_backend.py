@@ -32,7 +32,8 @@ from primus_ext.compute.extra_ops import embedding_ops, mtp_glue_ops, output_ops
 from primus_ext.compute.offload_time import offload_op
 from primus_ext.compute.host import (HostWork, embedding_work, graphed_parts, layer_parts,
                                      output_work, REPLAY)
-from primus_ext.compute.host_moe import node_work, partial_capture, post_sync_device_s
+from primus_ext.compute.host_moe import (forward_issue, node_work, partial_capture,
+                                         post_sync_device_s, post_sync_ops)
 from primus_ext.compute.layer_ops import attention_ops, mlp_block_ops
 from primus_ext.compute.ops import OpCost, Shapes, sum_ops
 from primus_ext.project.optimizer import optimizer_step_s
@@ -188,6 +189,7 @@ def _assemble(kind: str, ops: list[OpCost], comms: list[Tagged], recompute: set[
     out += [c for c, _ in fsdp]
     fh = bh = ph = pd = 0.0
     fsyncs = bsyncs = 0
+    issue = ()
     if host is not None and spec is not None:
         fwd, bwd = host  # kernels and the layer's own collectives counted
         # The recomputed forward is issued again (its share of the forward's kernels),
@@ -207,10 +209,12 @@ def _assemble(kind: str, ops: list[OpCost], comms: list[Tagged], recompute: set[
         if post_sync is not None and fsyncs:
             ph = min(post_sync[0].seconds(spec.cluster.hardware, te), fh)
             pd = post_sync[1]
+            if len(post_sync) > 2:
+                issue = forward_issue(ops, post_sync[2], _fill(spec), fh, ph)
     return LayerCost(kind=kind, fwd_s=f, bwd_input_s=d, bwd_weight_s=w, recompute_s=rec_s,
                      comms=tuple(out), fwd_flops=ff, bwd_flops=bf + rec_flops,
                      fwd_host_s=fh, bwd_host_s=bh, fwd_syncs=fsyncs, bwd_syncs=bsyncs,
-                     fwd_post_sync_s=pd, fwd_post_sync_host_s=ph)
+                     fwd_post_sync_s=pd, fwd_post_sync_host_s=ph, fwd_issue=issue)
 
 
 def _decoder_parts(spec: RunSpec, sh: Shapes, moe: bool, window: int | None,
@@ -244,7 +248,8 @@ def _decoder_parts(spec: RunSpec, sh: Shapes, moe: bool, window: int | None,
             (pf, pb), post_host = partial_capture(spec, (pf, pb), ops, comms, _fill(spec),
                                                   "attn" in graphed)
             if pf.syncs:
-                post = [post_host, post_sync_device_s(spec, ops, comms)]
+                post = [post_host, post_sync_device_s(spec, ops, comms),
+                        post_sync_ops(spec, ops)]
         fwd, bwd = fwd + pf, bwd + pb
     nf, nb = node_work(spec, moe, mtp)
     if post is not None:

@@ -18,7 +18,11 @@ queue holds a thousand kernels, more than a layer issues), so the phase takes
 which the device also waits for the next kernel's launch; a forward with
 synchronisations runs the two clocks over its layers in issue order (``run_clocks``),
 split where each layer synchronises, so the host work after a read-back does not hide
-behind device work issued before it. Where no synchronisation
+behind device work issued before it; where the backend gives a layer's ops in issue
+order (an MoE layer's, ``LayerCost.fwd_issue``) the clocks also run op by op over the
+ops' compute, each kernel starting no earlier than the host has issued it, and the
+phase takes the longer of the two runs (a stretch of short kernels is host-bound and a
+long GEMM issued after it runs on past the host). Where no synchronisation
 separates a stage's phases the host's lead carries over from one to the next and they
 stretch together (below). The host's share per stage is kept in ``host_s``: what the
 phases take beyond their device time.
@@ -64,17 +68,23 @@ def two_clocks(device_s: float, host_s: float, syncs: int, launch_s: float) -> f
 
 
 def run_clocks(blocks, launch_s: float) -> float:
-    """A phase as an ordered run of (host seconds, device seconds, synchronises after)
-    blocks: the device finishes a block no earlier than the host has issued it, nor than
-    its previous work allows; at a synchronisation the host waits for the device, which
-    then waits a launch for the next kernel. Without synchronisations and with one block
-    this is ``two_clocks``; with them the host work after a synchronisation cannot hide
-    behind the device work before it (a captured attention replayed in one launch does
-    not hide the eager MoE block that follows its token-count read-back)."""
+    """A phase as an ordered run of (host seconds, device seconds, synchronises after[,
+    kernels]) blocks: the device finishes a block no earlier than its previous work
+    allows, nor than the host has issued the block's last kernel and that kernel has run
+    (a block's device time spread evenly over its kernels; without a count, many); at a
+    synchronisation the host waits for the device, which then waits a launch for the
+    next kernel. Without synchronisations and with one block this is ``two_clocks``;
+    with them the host work after a synchronisation cannot hide behind the device work
+    before it (a captured attention replayed in one launch does not hide the eager MoE
+    block that follows its token-count read-back). Op by op (``LayerCost.fwd_issue``) a
+    stretch of short kernels is host-bound and a long GEMM issued after it runs on past
+    the host."""
     host = dev = 0.0
-    for h, d, sync in blocks:
+    for block in blocks:
+        h, d, sync = block[:3]
         host += h
-        dev = max(dev + d, host)
+        last = d / block[3] if len(block) > 3 else 0.0
+        dev = max(dev + d, host + last)
         if sync:
             host = max(host, dev)
             dev = host + launch_s
@@ -82,17 +92,21 @@ def run_clocks(blocks, launch_s: float) -> float:
 
 
 def forward_blocks(spec: RunSpec, costs: LayerCosts, stage: int, chunk: int,
-                   sched_s: float) -> list[tuple[float, float, bool]]:
+                   sched_s: float, by_op: bool = False) -> list[tuple]:
     """The forward of one virtual stage as ``run_clocks`` blocks, in issue order: the
     schedule's own work, the embedding, each decoder layer (split at its
-    synchronisation where the backend says where that falls), the output layer and MTP."""
+    synchronisation where the backend says where that falls; ``by_op``: op by op where
+    the backend gives the issue order, ``LayerCost.fwd_issue``), the output layer and
+    MTP."""
     layout = spec.layout
     kinds = costs.kinds
     out = [(sched_s, 0.0, False)]
 
     def one(lc: LayerCost) -> None:
         dev, host = lc.fwd_total_s, lc.fwd_host_s
-        if lc.fwd_syncs and (lc.fwd_post_sync_s or lc.fwd_post_sync_host_s):
+        if by_op and lc.fwd_issue:
+            out.extend((h, d, sync, k) for h, d, k, sync in lc.fwd_issue)
+        elif lc.fwd_syncs and (lc.fwd_post_sync_s or lc.fwd_post_sync_host_s):
             ph, pd = lc.fwd_post_sync_host_s, min(lc.fwd_post_sync_s, dev)
             out.append((host - ph, dev - pd, True))
             out.append((ph, pd, False))
@@ -109,6 +123,20 @@ def forward_blocks(spec: RunSpec, costs: LayerCosts, stage: int, chunk: int,
             if name in kinds and (name != "mtp" or spec.model.mtp_num_layers):
                 one(kinds[name])
     return out
+
+
+def synced_forward(spec: RunSpec, costs: LayerCosts, stage: int, chunk: int,
+                   sched_s: float) -> float:
+    """A virtual stage's forward that synchronises inside its layers: the two clocks
+    over its blocks, and where the backend gives a layer's ops in issue order, the
+    longer of that and the two clocks over its ops' compute (``fwd_issue`` leaves the
+    collectives to the blocks)."""
+    launch = spec.cluster.hardware.launch_s
+    t = run_clocks(forward_blocks(spec, costs, stage, chunk, sched_s), launch)
+    if any(costs.kinds[k].fwd_issue for k in set(costs.decoder_kinds)):
+        t = max(t, run_clocks(forward_blocks(spec, costs, stage, chunk, sched_s,
+                                             by_op=True), launch))
+    return t
 
 
 def _kind_counts(costs: LayerCosts, first: int, n: int) -> dict[str, int]:
@@ -192,8 +220,7 @@ def stage_times(spec: RunSpec, costs: LayerCosts) -> StageTimes:
                     new_f.append(max(fwd[s][c], host_f[s][c] - lead_b))
                     new_b.append(max(dev_b[c], host_b[s][c] - lead_f))
             else:
-                new_f = [run_clocks(forward_blocks(spec, costs, s, c, sched), hw.launch_s)
-                         if sync_f[s][c] else
+                new_f = [synced_forward(spec, costs, s, c, sched) if sync_f[s][c] else
                          two_clocks(fwd[s][c], host_f[s][c], 0, hw.launch_s)
                          for c in range(vpp)]
                 new_b = [two_clocks(dev_b[c], host_b[s][c], sync_b[s][c], hw.launch_s)

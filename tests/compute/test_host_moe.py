@@ -122,6 +122,31 @@ def test_the_moe_forward_splits_at_the_token_count_sync():
     assert dense is None or dense.fwd_post_sync_s == 0
 
 
+def test_a_long_kernel_issued_after_a_host_bound_stretch_runs_past_the_host():
+    """run_clocks op by op: a stretch of short kernels (ten launches, little device work)
+    leaves the device idle, and the one long GEMM issued after it starts only then; as
+    one block the same work would take max(host, device)."""
+    from primus_ext.project.stages import run_clocks
+    ops = [(1.0, 0.1, False, 10), (0.1, 1.0, False, 1)]
+    assert run_clocks(ops, 0.0) == pytest.approx(2.1)
+    assert run_clocks([(1.1, 1.1, False)], 0.0) == pytest.approx(1.1)
+
+
+def test_the_moe_forward_op_by_op_sums_to_the_layer():
+    """compute/host_moe.py forward_issue: megatron-core's MoE forward (the alltoall
+    dispatcher's read-back of the token counts before the all-to-all) op by op: the
+    host seconds of the steps sum to the layer's forward host time, those after the
+    read-back to its post-sync host time; one step synchronises; the device seconds are
+    the ops' compute."""
+    lc = _moe()
+    steps = lc.fwd_issue
+    assert steps and sum(1 for *_, sync in steps if sync) == 1
+    at = next(i for i, (*_, sync) in enumerate(steps) if sync)
+    assert sum(h for h, *_ in steps) == pytest.approx(lc.fwd_host_s)
+    assert sum(h for h, *_ in steps[at + 1:]) == pytest.approx(lc.fwd_post_sync_host_s)
+    assert sum(d for _, d, *_ in steps) == pytest.approx(lc.fwd_s)
+
+
 def test_grouped_linear_host_time_follows_megatron_cores_num_gemms():
     """TEGroupedMLP builds linear_fc1 and linear_fc2 with ``num_local_experts`` GEMMs each
     (megatron-core moe/experts.py); TE's GroupedLinear pays host time per GEMM (TE issue
