@@ -53,8 +53,10 @@ class LayerCost:
     fwd_post_sync_host_s: float = 0.0
     # The same forward op by op in issue order, where the backend knows it: (host
     # seconds, device seconds, kernels, synchronises after) per step, its sums the
-    # figures above (compute/host_moe.py forward_issue); empty: the two blocks.
+    # figures above (compute/issue.py); empty: the two blocks.
     fwd_issue: tuple[tuple[float, float, float, bool], ...] = ()
+    # The backward (with its recompute) the same way, where the forward has it.
+    bwd_issue: tuple[tuple[float, float, float, bool], ...] = ()
 
     @property
     def fwd_comm_s(self) -> float:

@@ -132,31 +132,6 @@ def post_sync_ops(spec, ops) -> frozenset[str]:
                      and o.module != "shared_experts")
 
 
-def forward_issue(ops, post: frozenset[str], fill: int, host_s: float,
-                  post_host_s: float) -> tuple[tuple[float, float, float, bool], ...]:
-    """An MoE layer's forward op by op in issue order, as (host seconds, device seconds,
-    kernels, synchronises after) steps for the two clocks (project/stages.py
-    ``run_clocks``): the layer's ops up to its synchronisation (attention, the pre-MLP
-    norm, the router, the dispatcher's preprocessing, the shared experts), the
-    read-back, then the experts and the rest of the block (``post``: the ops after it).
-    Each side's host seconds (``host_s`` in all, ``post_host_s`` after the read-back)
-    are shared among its ops by their kernels: the host's work per op is its launches,
-    the Python around them and the modules' calls. The device seconds are the ops'
-    compute only: the collectives are the two-block view's (stages.py takes the longer
-    of the two), so that faster compute, which may expose more of a collective, never
-    lengthens this one."""
-    out = []
-    sides = (([o for o in ops if o.name not in post], max(host_s - post_host_s, 0.0), True),
-             ([o for o in ops if o.name in post], post_host_s, False))
-    for side, host, sync_last in sides:
-        kernels = sum(max(fill * o.fwd_kernels, 1) for o in side) or 1
-        for i, o in enumerate(side):
-            k = max(fill * o.fwd_kernels, 1)
-            out.append((host * k / kernels, o.fwd_s, float(k),
-                        sync_last and i == len(side) - 1))
-    return tuple(out)
-
-
 def captured_moe_work(spec, ops, comms, fill: int,
                       scopes: frozenset[str] | None = None) -> tuple[HostWork, HostWork]:
     """(forward, backward) host work of an MoE block that its router (and preprocess)

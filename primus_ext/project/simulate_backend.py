@@ -32,8 +32,9 @@ from primus_ext.compute.extra_ops import embedding_ops, mtp_glue_ops, output_ops
 from primus_ext.compute.offload_time import offload_op
 from primus_ext.compute.host import (HostWork, embedding_work, graphed_parts, layer_parts,
                                      output_work, REPLAY)
-from primus_ext.compute.host_moe import (forward_issue, node_work, partial_capture,
-                                         post_sync_device_s, post_sync_ops)
+from primus_ext.compute.host_moe import (node_work, partial_capture, post_sync_device_s,
+                                         post_sync_ops)
+from primus_ext.compute.issue import HostRates, backward_issue, forward_issue
 from primus_ext.compute.layer_ops import attention_ops, mlp_block_ops
 from primus_ext.compute.ops import OpCost, Shapes, sum_ops
 from primus_ext.project.optimizer import optimizer_step_s
@@ -189,7 +190,7 @@ def _assemble(kind: str, ops: list[OpCost], comms: list[Tagged], recompute: set[
     out += [c for c, _ in fsdp]
     fh = bh = ph = pd = 0.0
     fsyncs = bsyncs = 0
-    issue = ()
+    issue = b_issue = ()
     if host is not None and spec is not None:
         fwd, bwd = host  # kernels and the layer's own collectives counted
         # The recomputed forward is issued again (its share of the forward's kernels),
@@ -210,11 +211,16 @@ def _assemble(kind: str, ops: list[OpCost], comms: list[Tagged], recompute: set[
             ph = min(post_sync[0].seconds(spec.cluster.hardware, te), fh)
             pd = post_sync[1]
             if len(post_sync) > 2:
-                issue = forward_issue(ops, post_sync[2], _fill(spec), fh, ph)
+                hw = spec.cluster.hardware
+                rates = HostRates(hw.launch_s, hw.te_grouped_gemm_host_s if te else 0.0,
+                                  _fill(spec))
+                issue = forward_issue(ops, post_sync[2], rates, fh, ph, fwd.expert_gemms)
+                b_issue = backward_issue(ops, rates, bh, bwd.expert_gemms, rec_s, share)
     return LayerCost(kind=kind, fwd_s=f, bwd_input_s=d, bwd_weight_s=w, recompute_s=rec_s,
                      comms=tuple(out), fwd_flops=ff, bwd_flops=bf + rec_flops,
                      fwd_host_s=fh, bwd_host_s=bh, fwd_syncs=fsyncs, bwd_syncs=bsyncs,
-                     fwd_post_sync_s=pd, fwd_post_sync_host_s=ph, fwd_issue=issue)
+                     fwd_post_sync_s=pd, fwd_post_sync_host_s=ph, fwd_issue=issue,
+                     bwd_issue=b_issue)
 
 
 def _decoder_parts(spec: RunSpec, sh: Shapes, moe: bool, window: int | None,

@@ -22,7 +22,10 @@ behind device work issued before it; where the backend gives a layer's ops in is
 order (an MoE layer's, ``LayerCost.fwd_issue``) the clocks also run op by op over the
 ops' compute, each kernel starting no earlier than the host has issued it, and the
 phase takes the longer of the two runs (a stretch of short kernels is host-bound and a
-long GEMM issued after it runs on past the host). Where no synchronisation
+long GEMM issued after it runs on past the host); the backward of such a stage, which
+starts with no host lead after its drained forward, likewise (``backward_by_op``: the
+experts' host-heavy gradients come before attention's long kernels, and what the host
+spends on them cannot hide behind those). Where no synchronisation
 separates a stage's phases the host's lead carries over from one to the next and they
 stretch together (below). The host's share per stage is kept in ``host_s``: what the
 phases take beyond their device time.
@@ -133,10 +136,41 @@ def synced_forward(spec: RunSpec, costs: LayerCosts, stage: int, chunk: int,
     collectives to the blocks)."""
     launch = spec.cluster.hardware.launch_s
     t = run_clocks(forward_blocks(spec, costs, stage, chunk, sched_s), launch)
-    if any(costs.kinds[k].fwd_issue for k in set(costs.decoder_kinds)):
+    if _by_op(costs):
         t = max(t, run_clocks(forward_blocks(spec, costs, stage, chunk, sched_s,
                                              by_op=True), launch))
     return t
+
+
+def _by_op(costs: LayerCosts) -> bool:
+    return any(costs.kinds[k].fwd_issue for k in set(costs.decoder_kinds))
+
+
+def backward_by_op(spec: RunSpec, costs: LayerCosts, stage: int, chunk: int) -> float:
+    """A virtual stage's backward after a forward that drained the device queue (a
+    synchronising stage): the two clocks op by op from no host lead, in autograd's
+    order (the output layer and MTP first, the layers last to first, the embedding
+    last); a layer without ``bwd_issue`` as one block."""
+    layout = spec.layout
+    kinds = costs.kinds
+    blocks = []
+
+    def one(lc: LayerCost) -> None:
+        if lc.bwd_issue:
+            blocks.extend((h, d, sync, k) for h, d, k, sync in lc.bwd_issue)
+        else:
+            blocks.append((lc.bwd_host_s, lc.bwd_total_s, False))
+
+    if stage == layout.pp - 1 and chunk == layout.vpp - 1:
+        for name in ("mtp", "output"):
+            if name in kinds and (name != "mtp" or spec.model.mtp_num_layers):
+                one(kinds[name])
+    first = layout.first_layer(stage, chunk)
+    for i in reversed(range(first, first + layout.num_layers(stage, chunk))):
+        one(costs.decoder_layer(i))
+    if stage == 0 and chunk == 0 and "embedding" in kinds:
+        one(kinds["embedding"])
+    return run_clocks(blocks, spec.cluster.hardware.launch_s)
 
 
 def _kind_counts(costs: LayerCosts, first: int, n: int) -> dict[str, int]:
@@ -225,6 +259,9 @@ def stage_times(spec: RunSpec, costs: LayerCosts) -> StageTimes:
                          for c in range(vpp)]
                 new_b = [two_clocks(dev_b[c], host_b[s][c], sync_b[s][c], hw.launch_s)
                          for c in range(vpp)]
+                if _by_op(costs):
+                    new_b = [max(b, backward_by_op(spec, costs, s, c))
+                             for c, b in enumerate(new_b)]
             for c in range(vpp):
                 host[s] += new_f[c] - fwd[s][c] + new_b[c] - dev_b[c]
                 fwd[s][c] = new_f[c]

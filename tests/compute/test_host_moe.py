@@ -132,12 +132,12 @@ def test_a_long_kernel_issued_after_a_host_bound_stretch_runs_past_the_host():
     assert run_clocks([(1.1, 1.1, False)], 0.0) == pytest.approx(1.1)
 
 
-def test_the_moe_forward_op_by_op_sums_to_the_layer():
-    """compute/host_moe.py forward_issue: megatron-core's MoE forward (the alltoall
-    dispatcher's read-back of the token counts before the all-to-all) op by op: the
-    host seconds of the steps sum to the layer's forward host time, those after the
-    read-back to its post-sync host time; one step synchronises; the device seconds are
-    the ops' compute."""
+def test_the_moe_layer_op_by_op_sums_to_the_layer():
+    """compute/issue.py: megatron-core's MoE forward (the alltoall dispatcher's
+    read-back of the token counts before the all-to-all) op by op: the host seconds of
+    the steps sum to the layer's forward host time, those after the read-back to its
+    post-sync host time; one step synchronises; the device seconds are the ops'
+    compute. The backward the same, with its recompute, and no read-back."""
     lc = _moe()
     steps = lc.fwd_issue
     assert steps and sum(1 for *_, sync in steps if sync) == 1
@@ -145,6 +145,11 @@ def test_the_moe_forward_op_by_op_sums_to_the_layer():
     assert sum(h for h, *_ in steps) == pytest.approx(lc.fwd_host_s)
     assert sum(h for h, *_ in steps[at + 1:]) == pytest.approx(lc.fwd_post_sync_host_s)
     assert sum(d for _, d, *_ in steps) == pytest.approx(lc.fwd_s)
+    back = lc.bwd_issue
+    assert back and not any(sync for *_, sync in back)
+    assert sum(h for h, *_ in back) == pytest.approx(lc.bwd_host_s)
+    assert sum(d for _, d, *_ in back) == pytest.approx(
+        lc.bwd_input_s + lc.bwd_weight_s + lc.recompute_s)
 
 
 def test_grouped_linear_host_time_follows_megatron_cores_num_gemms():
