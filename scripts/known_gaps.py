@@ -100,8 +100,10 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   within 18 %); the ModelZoo Megatron-FSDP row (-35 %: FSDP's per-micro-batch expert
   gathers and fp32 reduce-scatters across 32 nodes are charged in full); the ModelZoo
   TP 4 and PP 32 rows (+18 / +12 %, read force-balanced as the table's own launch script
-  runs them: MoE layers at 1,024 tokens per rank whose host and device times are close,
-  where the two clocks, run per block of a layer, let each hide the other); GPT-OSS under
+  runs them: MoE layers at 1,024 tokens per rank whose host and device times are close;
+  the two clocks run op by op over each MoE layer, its forward drained at the
+  dispatcher's read-back and its backward started with no host lead, and still let the
+  host's work hide behind the device's more than the measured step allows); GPT-OSS under
   Megatron-Bridge on GB200 (+12 to +15 % fast with the committed calibration; on H100 and
   B200 within 3 %, after the experts' fc2 bias added per expert in eager PyTorch,
   megatron-core TEGroupedMLP._apply_bias, the clamps of its quick-GeGLU,
@@ -113,11 +115,11 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   ``train.loss_impl=torch``; Qwen3-30B-A3B -9 % and GPT-OSS-20B -16 %, while DeepSeek-V3 on
   1024 GPUs is +20 %, whose benchmark config of the table's time gives 4 layers per
   virtual stage where the table prints VP 8; DeepSeek-V3 on 256 and Kimi K2 within 3 %);
-  Qwen3-30B-A3B FP8 on H100 at one 4096-token micro batch (-6 / +15 % after Transformer
+  Qwen3-30B-A3B FP8 on H100 at one 4096-token micro batch (-7 / +15 % after Transformer
   Engine's per-expert quantisation kernels and GroupedLinear's per-GEMM host time, whose
-  fitted value sits at its 20 us bound; their forward is host-bound, and the two clocks
-  are composed per phase, so the host's lead from the attention and dispatch survives
-  the dispatcher's synchronisation, where on the GPU it does not). Megatron-Bridge's
+  fitted value sits at its 20 us bound; their forward is host-bound: PP 2 VP 12 with 16
+  local experts per rank is projected slower than measured and PP 1 EP 16 over two
+  nodes with 8 faster, where the two measure within 3 % of each other). Megatron-Bridge's
   other releases (the section above) are still projected too fast where the release ran
   the all-to-all dispatcher with the EP all-to-all overlap (Qwen3-30B-A3B on H100 in
   25.11 and 26.02: +61 to +119 %, against -6 % for the same layout with DeepEP in
