@@ -237,6 +237,17 @@ def stage_times(spec: RunSpec, costs: LayerCosts) -> StageTimes:
         # every p2p (host_step.py p2p_host_s) and a sync inside the layers drains the
         # queue: each phase is bounded on its own.
         synced = any(sync_f[s][c] or sync_b[s][c] for s in range(pp) for c in range(vpp))
+        # Chunks with the same layers and extras run the same clocks: once each.
+        memo: dict = {}
+
+        def by_chunk(fn, s: int, c: int, *extra):
+            first = layout.first_layer(s, c)
+            key = (fn, costs.decoder_kinds[first:first + layout.num_layers(s, c)],
+                   s == 0 and c == 0, s == pp - 1 and c == vpp - 1)
+            if key not in memo:
+                memo[key] = fn(spec, costs, s, c, *extra)
+            return memo[key]
+
         for s in range(pp):
             dev_b = [bwd_in[s][c] + bwd_w[s][c] for c in range(vpp)]
             if pp == 1 and not synced:
@@ -254,13 +265,13 @@ def stage_times(spec: RunSpec, costs: LayerCosts) -> StageTimes:
                     new_f.append(max(fwd[s][c], host_f[s][c] - lead_b))
                     new_b.append(max(dev_b[c], host_b[s][c] - lead_f))
             else:
-                new_f = [synced_forward(spec, costs, s, c, sched) if sync_f[s][c] else
+                new_f = [by_chunk(synced_forward, s, c, sched) if sync_f[s][c] else
                          two_clocks(fwd[s][c], host_f[s][c], 0, hw.launch_s)
                          for c in range(vpp)]
                 new_b = [two_clocks(dev_b[c], host_b[s][c], sync_b[s][c], hw.launch_s)
                          for c in range(vpp)]
                 if _by_op(costs):
-                    new_b = [max(b, backward_by_op(spec, costs, s, c))
+                    new_b = [max(b, by_chunk(backward_by_op, s, c))
                              for c, b in enumerate(new_b)]
             for c in range(vpp):
                 host[s] += new_f[c] - fwd[s][c] + new_b[c] - dev_b[c]
