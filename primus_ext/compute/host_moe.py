@@ -109,20 +109,13 @@ def _scope_ops(spec, scopes: frozenset[str]) -> frozenset[str]:
     return frozenset(out)
 
 
-def post_sync_comms(comms) -> frozenset[str]:
-    """The MoE block's forward collectives after its synchronisation: all but the
-    token-count gather."""
-    return frozenset(c.name for c, mod in comms if c.phase == "fwd" and mod == "moe"
-                     and c.name not in PRE_SYNC_COMMS)
-
-
 def post_sync_device_s(spec, ops, comms) -> float:
     """Device seconds of an MoE block's forward after its synchronisation: its ops past
     the pre-sync part and its exposed forward collectives but the token-count gather."""
     post = post_sync_ops(spec, ops)
-    names = post_sync_comms(comms)
     return sum(o.fwd_s for o in ops if o.name in post) + sum(
-        c.exposed_s for c, _ in comms if c.name in names)
+        c.exposed_s for c, mod in comms if c.phase == "fwd" and mod == "moe"
+        and c.name not in PRE_SYNC_COMMS)
 
 
 def post_sync_ops(spec, ops) -> frozenset[str]:

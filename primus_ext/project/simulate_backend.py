@@ -168,12 +168,13 @@ def recomputed(ops: list[OpCost], recompute: set[str] | None,
 def _assemble(kind: str, ops: list[OpCost], comms: list[Tagged], recompute: set[str] | None,
               fsdp: list[Tagged] = (), early_stop_dropout: float | None = None,
               host: tuple[HostWork, HostWork] | None = None, spec: RunSpec | None = None,
-              post_sync: tuple[HostWork, float] | None = None) -> LayerCost:
+              post_sync: tuple[HostWork, float, frozenset[str]] | None = None
+              ) -> LayerCost:
     """``early_stop_dropout``: the model's hidden dropout when a full recompute runs
     under torch's early-stopping checkpoint (``train.recompute_early_stop``), else None.
     ``host``: the (forward, backward) host work of the layer besides its kernels and
     collectives (compute/host.py), timed on ``spec``'s hardware. ``post_sync``: the
-    forward's (host work, device seconds) after its synchronisation."""
+    forward's (host work, device seconds, ops) after its synchronisation."""
     f, d, w, ff, bf = sum_ops(ops)
     rec, rec_s, rec_flops = recomputed(ops, recompute, early_stop_dropout)
     out = [c for c, _ in comms]
@@ -210,12 +211,11 @@ def _assemble(kind: str, ops: list[OpCost], comms: list[Tagged], recompute: set[
         if post_sync is not None and fsyncs:
             ph = min(post_sync[0].seconds(spec.cluster.hardware, te), fh)
             pd = post_sync[1]
-            if len(post_sync) > 2:
-                hw = spec.cluster.hardware
-                rates = HostRates(hw.launch_s, hw.te_grouped_gemm_host_s if te else 0.0,
-                                  _fill(spec))
-                issue = forward_issue(ops, post_sync[2], rates, fh, ph, fwd.expert_gemms)
-                b_issue = backward_issue(ops, rates, bh, bwd.expert_gemms, rec_s, share)
+            hw = spec.cluster.hardware
+            rates = HostRates(hw.launch_s, hw.te_grouped_gemm_host_s if te else 0.0,
+                              _fill(spec))
+            issue = forward_issue(ops, post_sync[2], rates, fh, ph, fwd.expert_gemms)
+            b_issue = backward_issue(ops, rates, bh, bwd.expert_gemms, rec_s, share)
     return LayerCost(kind=kind, fwd_s=f, bwd_input_s=d, bwd_weight_s=w, recompute_s=rec_s,
                      comms=tuple(out), fwd_flops=ff, bwd_flops=bf + rec_flops,
                      fwd_host_s=fh, bwd_host_s=bh, fwd_syncs=fsyncs, bwd_syncs=bsyncs,
@@ -230,8 +230,8 @@ def _decoder_parts(spec: RunSpec, sh: Shapes, moe: bool, window: int | None,
     launches and Python, a graphed part one replay, an MoE block under a router /
     preprocess graph its eager rest (compute/host_moe.py), and under the combined 1F1B
     schedule the layer's schedule nodes (``mtp``: an MTP layer's fifth node); last, for
-    an MoE layer whose forward synchronises, the (host work, device seconds) of the
-    forward after the synchronisation, else None."""
+    an MoE layer whose forward synchronises, the (host work, device seconds, op names)
+    of the forward after the synchronisation, else None."""
     a_ops = attention_ops(sh, window)
     m_ops = mlp_block_ops(sh, moe)
     a_by = {o.name: o for o in a_ops}

@@ -101,11 +101,8 @@ def forward_blocks(spec: RunSpec, costs: LayerCosts, stage: int, chunk: int,
     synchronisation where the backend says where that falls; ``by_op``: op by op where
     the backend gives the issue order, ``LayerCost.fwd_issue``), the output layer and
     MTP."""
-    layout = spec.layout
-    kinds = costs.kinds
     out = [(sched_s, 0.0, False)]
-
-    def one(lc: LayerCost) -> None:
+    for lc in chunk_layers(spec, costs, stage, chunk):
         dev, host = lc.fwd_total_s, lc.fwd_host_s
         if by_op and lc.fwd_issue:
             out.extend((h, d, sync, k) for h, d, k, sync in lc.fwd_issue)
@@ -115,61 +112,49 @@ def forward_blocks(spec: RunSpec, costs: LayerCosts, stage: int, chunk: int,
             out.append((ph, pd, False))
         else:
             out.append((host, dev, bool(lc.fwd_syncs)))
+    return out
 
-    if stage == 0 and chunk == 0 and "embedding" in kinds:
-        one(kinds["embedding"])
+
+def chunk_layers(spec: RunSpec, costs: LayerCosts, stage: int, chunk: int
+                 ) -> list[LayerCost]:
+    """A virtual stage's layers in forward issue order: the embedding (first virtual
+    stage), its decoder layers, the output layer and MTP (last virtual stage)."""
+    layout = spec.layout
+    kinds = costs.kinds
+    out = [kinds["embedding"]] if stage == 0 and chunk == 0 and "embedding" in kinds else []
     first = layout.first_layer(stage, chunk)
-    for i in range(first, first + layout.num_layers(stage, chunk)):
-        one(costs.decoder_layer(i))
+    out += [costs.decoder_layer(i)
+            for i in range(first, first + layout.num_layers(stage, chunk))]
     if stage == layout.pp - 1 and chunk == layout.vpp - 1:
-        for name in ("output", "mtp"):
-            if name in kinds and (name != "mtp" or spec.model.mtp_num_layers):
-                one(kinds[name])
+        out += [kinds[name] for name in ("output", "mtp")
+                if name in kinds and (name != "mtp" or spec.model.mtp_num_layers)]
     return out
 
 
 def synced_forward(spec: RunSpec, costs: LayerCosts, stage: int, chunk: int,
-                   sched_s: float) -> float:
+                   sched_s: float, by_op: bool) -> float:
     """A virtual stage's forward that synchronises inside its layers: the two clocks
-    over its blocks, and where the backend gives a layer's ops in issue order, the
-    longer of that and the two clocks over its ops' compute (``fwd_issue`` leaves the
-    collectives to the blocks)."""
+    over its blocks, and where the backend gives a layer's ops in issue order
+    (``by_op``), the longer of that and the two clocks over its ops' compute
+    (``fwd_issue`` leaves the collectives to the blocks)."""
     launch = spec.cluster.hardware.launch_s
     t = run_clocks(forward_blocks(spec, costs, stage, chunk, sched_s), launch)
-    if _by_op(costs):
+    if by_op:
         t = max(t, run_clocks(forward_blocks(spec, costs, stage, chunk, sched_s,
                                              by_op=True), launch))
     return t
 
 
-def _by_op(costs: LayerCosts) -> bool:
-    return any(costs.kinds[k].fwd_issue for k in set(costs.decoder_kinds))
-
-
 def backward_by_op(spec: RunSpec, costs: LayerCosts, stage: int, chunk: int) -> float:
     """A virtual stage's backward after a forward that drained the device queue (a
     synchronising stage): the two clocks op by op from no host lead, in autograd's
-    order (the output layer and MTP first, the layers last to first, the embedding
-    last); a layer without ``bwd_issue`` as one block."""
-    layout = spec.layout
-    kinds = costs.kinds
+    order (the forward's, reversed); a layer without ``bwd_issue`` as one block."""
     blocks = []
-
-    def one(lc: LayerCost) -> None:
+    for lc in reversed(chunk_layers(spec, costs, stage, chunk)):
         if lc.bwd_issue:
             blocks.extend((h, d, sync, k) for h, d, k, sync in lc.bwd_issue)
         else:
             blocks.append((lc.bwd_host_s, lc.bwd_total_s, False))
-
-    if stage == layout.pp - 1 and chunk == layout.vpp - 1:
-        for name in ("mtp", "output"):
-            if name in kinds and (name != "mtp" or spec.model.mtp_num_layers):
-                one(kinds[name])
-    first = layout.first_layer(stage, chunk)
-    for i in reversed(range(first, first + layout.num_layers(stage, chunk))):
-        one(costs.decoder_layer(i))
-    if stage == 0 and chunk == 0 and "embedding" in kinds:
-        one(kinds["embedding"])
     return run_clocks(blocks, spec.cluster.hardware.launch_s)
 
 
@@ -237,6 +222,7 @@ def stage_times(spec: RunSpec, costs: LayerCosts) -> StageTimes:
         # every p2p (host_step.py p2p_host_s) and a sync inside the layers drains the
         # queue: each phase is bounded on its own.
         synced = any(sync_f[s][c] or sync_b[s][c] for s in range(pp) for c in range(vpp))
+        by_op = any(lc.fwd_issue for lc in costs.kinds.values())
         # Chunks with the same layers and extras run the same clocks: once each.
         memo: dict = {}
 
@@ -265,12 +251,12 @@ def stage_times(spec: RunSpec, costs: LayerCosts) -> StageTimes:
                     new_f.append(max(fwd[s][c], host_f[s][c] - lead_b))
                     new_b.append(max(dev_b[c], host_b[s][c] - lead_f))
             else:
-                new_f = [by_chunk(synced_forward, s, c, sched) if sync_f[s][c] else
+                new_f = [by_chunk(synced_forward, s, c, sched, by_op) if sync_f[s][c] else
                          two_clocks(fwd[s][c], host_f[s][c], 0, hw.launch_s)
                          for c in range(vpp)]
                 new_b = [two_clocks(dev_b[c], host_b[s][c], sync_b[s][c], hw.launch_s)
                          for c in range(vpp)]
-                if _by_op(costs):
+                if by_op:
                     new_b = [max(b, by_chunk(backward_by_op, s, c))
                              for c, b in enumerate(new_b)]
             for c in range(vpp):
