@@ -1,9 +1,11 @@
-"""Rules that fill a published row's empty cells: the global batch, the recompute
-setting, an uneven pipeline layout written in the notes. Each rule that fires writes a
-note into the row's ``notes``."""
+"""Rules that fill a published row's empty cells: the global batch, the micro-batch, the
+recompute setting, an uneven pipeline layout written in the notes. Each rule that fires
+writes a note into the row's ``notes``."""
 from __future__ import annotations
 
+import dataclasses
 import re
+from functools import lru_cache
 
 from primus_ext.spec import RunSpec
 
@@ -11,6 +13,10 @@ from primus_ext.spec import RunSpec
 # derive one (the NeMo / Megatron-Bridge tables run 8-16 microbatches per stage).
 DEFAULT_MICROBATCHES_PER_STAGE = 8
 
+
+# Micro-batch sizes tried for a row that states none (``mbs_if_unstated``).
+MBS_CANDIDATES = (1, 2, 4, 8)
+MBS_ASSUMED_NOTE = "mbs empty: micro_batch_size=1 assumed"
 
 _LAYOUT_INTS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
 _LAYOUT_FLAGS = ("account_for_embedding_in_pipeline_split",
@@ -53,6 +59,48 @@ def derive_gbs(r: _Row, per_step: int, pp: int, world: int, seq: int,
     notes.append(f"gbs empty: {gbs} = mbs*dp={per_step} x {num_micro} microbatches "
                  f"(DEFAULT_MICROBATCHES_PER_STAGE={DEFAULT_MICROBATCHES_PER_STAGE} x pp)")
     return gbs
+
+
+def mbs_if_unstated(spec: RunSpec, notes: list[str]) -> RunSpec:
+    """A row whose source states no micro-batch size (nor a recipe default) but states
+    its global batch: the fastest of ``MBS_CANDIDATES`` that the global batch allows and
+    that fits the device as the row runs, projected with priors only (no calibration,
+    so no fit depends on its own choice). A published benchmark runs a tuned
+    micro-batch, as ``published/tuned.py`` assumes of a row without a layout; 1 when no
+    larger one fits. Replaces the reader's "mbs empty: 1 assumed" note."""
+    best, table = _fastest_mbs(spec)
+    if MBS_ASSUMED_NOTE in notes:
+        notes.remove(MBS_ASSUMED_NOTE)
+    tried = ", ".join(f"{m}: {tps:,.0f}" if fits else f"{m}: does not fit"
+                      for m, tps, fits in table)
+    how = ("the fastest that fits with priors only" if any(f for _, _, f in table)
+           else "none of the candidates fits; the smallest kept")
+    notes.append(f"mbs empty: micro_batch_size={best.train.micro_batch_size}, {how} "
+                 f"(tokens/s/GPU by mbs: {tried})")
+    return best
+
+
+@lru_cache(maxsize=64)
+def _fastest_mbs(spec: RunSpec) -> tuple[RunSpec, tuple]:
+    from primus_ext.memory.report import memory_report
+    from primus_ext.project.estimate import project
+
+    dp = spec.cluster.world_size // spec.parallel.model_parallel_size
+    best, best_tps, table = spec, 0.0, []
+    for m in MBS_CANDIDATES:
+        if spec.train.global_batch_size % (m * dp):
+            continue
+        try:
+            cand = dataclasses.replace(
+                spec, train=dataclasses.replace(spec.train, micro_batch_size=m))
+            tps = project(cand, calibration=None).tokens_per_s_per_gpu
+        except ValueError:  # a layout rule the candidate breaks (microbatches < pp)
+            continue
+        fits = memory_report(cand).fits
+        table.append((m, tps, fits))
+        if fits and tps > best_tps:
+            best, best_tps = cand, tps
+    return best, tuple(table)
 
 
 def recompute_if_needed(spec: RunSpec, notes: list[str], keep: bool = False) -> RunSpec:

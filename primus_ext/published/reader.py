@@ -17,7 +17,8 @@ Rules (column conventions: ``data/validation/README.md``):
   published (published/tuned.py); ``vp`` empty/1/n/a = no interleaving; ``dp`` is derived and checked against the
   column; tp > 1 turns sequence parallelism on (megatron-core requires it for MoE; the
   NeMo / Megatron-Bridge recipes default to it for dense models).
-- Batch: empty ``mbs`` -> 1; empty ``gbs`` -> from measured step time and tokens/s, else a
+- Batch: empty ``mbs`` -> the recipe's, else the fastest that fits with priors only when
+  ``gbs`` is stated (gaps.mbs_if_unstated), else 1; empty ``gbs`` -> from measured step time and tokens/s, else a
   default named in the row's notes, else ``mbs * dp * DEFAULT_MICROBATCHES_PER_STAGE * pp``.
 """
 from __future__ import annotations
@@ -30,7 +31,8 @@ from typing import Mapping
 from primus_ext.presets import hardware_preset
 from primus_ext.published.bridge_moe import precision_kind
 from primus_ext.published.cells import RowError, _Row
-from primus_ext.published.gaps import derive_gbs, layout_from_notes, recompute_if_needed
+from primus_ext.published.gaps import (MBS_ASSUMED_NOTE, derive_gbs, layout_from_notes,
+                                      mbs_if_unstated, recompute_if_needed)
 from primus_ext.published.model_columns import model_of
 from primus_ext.published.names import hardware_preset_name
 from primus_ext.published.recipes import Recipe, RowFacts, attention_flops_halved, recipe_for
@@ -128,6 +130,9 @@ def parse_row(row: Mapping[str, str | None], line: int | None = None) -> Publish
     if spec.layout.how == "balanced":
         notes.append(f"{spec.layout.describe()} (chosen: layers do not divide pp*vpp and "
                      "the row gives no layout)")
+    if MBS_ASSUMED_NOTE in notes and r.text("gbs") \
+            and not is_torchtitan_row(r.text("source")):
+        spec = mbs_if_unstated(spec, notes)
     if not r.text("recompute"):
         spec = recompute_if_needed(spec, notes, keep=recipe.recompute_from_source)
     if is_torchtitan_row(r.text("source")):
@@ -290,7 +295,7 @@ def _train(r: _Row, par: ParallelSpec, world: int, measured: Measured,
     if mbs is None:
         mbs = recipe.train.get("micro_batch_size", 1)
         if "micro_batch_size" not in recipe.train:
-            notes.append("mbs empty: micro_batch_size=1 assumed")
+            notes.append(MBS_ASSUMED_NOTE)
     per_step = mbs * dp
     gbs = r.int_("gbs")
     if gbs is None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from primus_ext.memory.params import count_params
+from primus_ext.published.gaps import MBS_CANDIDATES
 from primus_ext.published import (DEFAULT_MICROBATCHES_PER_STAGE, DEFAULT_PATH,
                                   PublishedRun, hardware_preset_name, match_model_preset,
                                   normalize_model_name, parse_row, read_runs)
@@ -134,7 +136,7 @@ def test_uneven_layouts_are_balanced_and_reported(runs):
 def test_gap_rules_are_recorded(runs, rows):
     by_id = _by_id(runs)
     gpt = by_id["P046"]
-    assert gpt.model_preset is None and gpt.spec.train.micro_batch_size == 1
+    assert gpt.model_preset is None
     m = gpt.spec.model
     assert m.activation == "gelu" and m.normalization == "LayerNorm"
     assert m.dense_ffn_size == 4 * m.hidden_size and m.num_groups == m.num_attention_heads
@@ -278,6 +280,38 @@ def test_reader_works_without_measured_columns(tmp_path: Path, rows):
         assert (a.error is None) == (b.error is None), a.run_id
         if a.spec is not None:
             assert a.spec == b.spec, a.run_id
+
+
+def test_unstated_mbs_is_the_fastest_that_fits(runs, rows):
+    """Megatron-LM's README rows state the global batch but no micro-batch: each gets the
+    candidate the projector with priors only finds fastest among those megatron-core's
+    memory fits; a faster one that does not fit is never taken, and a stated MBS stays."""
+    from primus_ext.memory.report import memory_report
+    from primus_ext.project.estimate import project
+    by_id = _by_id(runs)
+    seen = set()
+    for rid in ("P046", "P049", "P052", "P053"):
+        spec = by_id[rid].spec
+        assert memory_report(spec).fits
+        chosen = project(spec, calibration=None).tokens_per_s_per_gpu
+        dp = spec.cluster.world_size // spec.parallel.model_parallel_size
+        for m in MBS_CANDIDATES:
+            if m == spec.train.micro_batch_size or spec.train.global_batch_size % (m * dp):
+                continue
+            try:
+                cand = replace(spec, train=replace(spec.train, micro_batch_size=m))
+            except ValueError:
+                continue
+            if memory_report(cand).fits:
+                assert project(cand, calibration=None).tokens_per_s_per_gpu <= chosen
+            else:
+                seen.add((rid, m))
+        assert any(n.startswith("mbs empty: micro_batch_size=") for n in by_id[rid].notes)
+    assert by_id["P049"].spec.train.micro_batch_size > 1
+    assert ("P053", 2) in seen and by_id["P053"].spec.train.micro_batch_size == 1
+    stated = parse_row({**next(r for r in rows if r["run_id"] == "P049"), "mbs": "1"})
+    assert stated.spec.train.micro_batch_size == 1
+    assert not any(n.startswith("mbs empty") for n in stated.notes)
 
 
 def test_gbs_derived_from_measured_step_time(rows):
