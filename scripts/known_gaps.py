@@ -48,14 +48,17 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
 - **Megatron-LM README weak-scaling rows (core_r0.8.0)**: measured tokens/s are recovered
   with that release's FLOP formula (attention not halved for the causal mask), and the
   interleaved schedule follows from the PP communication overlap they state; the micro
-  batch (1) and the number of virtual stages (the smallest the layers divide into) are
-  not published. The 32B row (TP8, 48-way DP, 4 microbatches) is still projected about
-  26 % slow: its modelled compute alone (0.87 s) equals the measured step (0.89 s), so
-  no timing of its data-parallel reduce-scatter and all-gather (7.9 GB each at line rate
-  over one NIC per GPU, with the last backward and the first forward to hide behind, as
-  core_r0.8.0 launches them: distributed_data_parallel ``no_sync`` until the last
-  microbatch, bucket 0 gathered from ``zero_grad`` and the rest one ahead from the
-  forward pre-hooks) can reach it; its micro batch is not published.
+  batch and the number of virtual stages (the smallest the layers divide into) are not
+  published. The micro batch is the fastest of 1, 2, 4 and 8 that the global batch
+  allows and that fits, with priors only (``published/gaps.py`` ``mbs_if_unstated``):
+  4 up to the 32B row, 2 for 70B and 119B, 1 above, each row's note listing the
+  candidates. Read at MBS 1, the 32B row (TP8, 48-way DP, 4 microbatches) was projected
+  26 % slow: its data-parallel reduce-scatter and all-gather (7.9 GB each at line rate
+  over one NIC per GPU) have only the last micro batch's backward and the first one's
+  forward to hide behind (core_r0.8.0: distributed_data_parallel ``no_sync`` until the
+  last microbatch, bucket 0 gathered from ``zero_grad`` and the rest one ahead from the
+  forward pre-hooks), while its modelled compute alone (0.87 s) equalled the measured
+  step (0.89 s). At MBS 4 (one micro batch per step) the whole backward hides them.
 - **The DeepSeek-V3 GB200 ladder** (the section above): the final line lands within a few
   per cent and no flag step is credited more than the report measured, but the steps
   its text puts down to host overhead (DeepEP "reduces the CPU overhead of the router
@@ -97,9 +100,9 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   CPU). Rows still off: the AMD DeepSeek-V2
   MI355X bars (+21 to +34 %: PP over 4 nodes at one 4096-token micro batch, a stack the
   blog says is launch- and sync-bound; the DeepSeek-V2-Lite bars of the same blog land
-  within 18 %); the ModelZoo Megatron-FSDP row (-35 %: FSDP's per-micro-batch expert
+  within 18 %); the ModelZoo Megatron-FSDP row (-37 %: FSDP's per-micro-batch expert
   gathers and fp32 reduce-scatters across 32 nodes are charged in full); the ModelZoo
-  TP 4 and PP 32 rows (+18 / +12 %, read force-balanced as the table's own launch script
+  TP 4 and PP 32 rows (+17 / +11 %, read force-balanced as the table's own launch script
   runs them: MoE layers at 1,024 tokens per rank whose host and device times are close;
   the two clocks run op by op over each MoE layer, its forward drained at the
   dispatcher's read-back and its backward started with no host lead, and still let the
