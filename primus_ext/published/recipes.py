@@ -86,6 +86,10 @@ Llama 3 paper, torchtitan and llm-foundry, which document their own stack, are i
   gradients in fp32 for every Primus bf16 / fp8 run.
   Its ``align_param_gather: true`` (Megatron-LM's own default since core_r0.9.0) makes
   the interleaved schedule dispatch each model chunk's parameter all-gathers ahead of it.
+- **Megatron-LM's README tables** (core_r0.8.0): gradients accumulate and reduce in FP32,
+  which that release forces for every bf16 run (``megatron/training/arguments.py``:
+  ``if args.bf16: ... args.accumulate_allreduce_grads_in_fp32 = True``; no flag turns it
+  off).
 - **Rows whose notes say PP communication overlap was on** and give no ``vp``: the
   interleaved schedule (megatron-core overlaps pipeline p2p only with virtual stages),
   with the smallest number of virtual stages the layers per stage divide into.
@@ -176,7 +180,8 @@ class RowFacts:
 # num_floating_point_operations (megatron/training/training.py) has the term
 # ``seq_length / hidden_size`` with no halving for the causal mask (later releases halve
 # it). The measured tokens/s of their rows are recovered with that formula.
-FULL_ATTENTION_FLOP_SOURCES = ("Megatron-LM-README",)
+README_SOURCE = "Megatron-LM-README"
+FULL_ATTENTION_FLOP_SOURCES = (README_SOURCE,)
 
 
 def attention_flops_halved(source: str) -> bool:
@@ -195,6 +200,9 @@ def recipe_for(f: RowFacts) -> Recipe:
     else:  # Megatron-family runs: the source's rules, then the current recipes' gaps
         if f.source.startswith(NVIDIA_PERF_SOURCES):
             _nvidia_perf(f, rec)
+        elif f.source.startswith(README_SOURCE):
+            rec.set("parallel", "grad_reduce_in_fp32", True, "core_r0.8.0 megatron/training/"
+                    "arguments.py: bf16 forces accumulate_allreduce_grads_in_fp32")
         elif f.source.startswith("AMD-Primus"):
             _amd_primus(f, rec)
             if f.source.startswith("AMD-Primus-moe-package"):

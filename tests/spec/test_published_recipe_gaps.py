@@ -1,6 +1,7 @@
 """What a Megatron row leaves unstated takes the current performance recipes' values
-(Megatron-Bridge perf_recipes), not Megatron-LM's flag defaults; sources with their own
-documented stack keep theirs. Each filled value is named in the row's notes."""
+(Megatron-Bridge perf_recipes), not Megatron-LM's flag defaults, unless its release
+fixes the value; sources with their own documented stack keep theirs. Each filled value
+is named in the row's notes."""
 from __future__ import annotations
 
 import pytest
@@ -13,14 +14,16 @@ def by_id():
     return {r.run_id: r for r in read_runs()}
 
 
-def test_megatron_rows_reduce_gradients_in_bf16_as_the_recipes_do(by_id):
-    # Megatron-LM README (unstated; Megatron-LM's flag default would be FP32):
-    # Megatron-Bridge _benchmark_common sets ddp.grad_reduce_in_fp32=False.
+def test_megatron_rows_reduce_gradients_as_their_release_does(by_id):
+    # Megatron-LM README (core_r0.8.0): bf16 forces accumulate_allreduce_grads_in_fp32
+    # (megatron/training/arguments.py; that release has no --grad-reduce-in-bf16).
     for run_id in ("P046", "P049"):
         run = by_id[run_id]
-        assert run.spec.parallel.grad_reduce_in_fp32 is False
-        assert any("grad_reduce_in_fp32=False" in n and "perf_recipes/_common.py" in n
+        assert run.spec.parallel.grad_reduce_in_fp32 is True
+        assert any("grad_reduce_in_fp32=True" in n and "core_r0.8.0" in n
                    for n in run.notes), run.notes
+    # The NVIDIA tables reduce in BF16 (their performance recipes).
+    assert by_id["P032"].spec.parallel.grad_reduce_in_fp32 is False
     # AMD Primus states it: its Megatron base config (trainer_base.yaml) has
     # grad_reduce_in_bf16 false, so Megatron-LM's validate_args reduces in fp32.
     for run_id in ("P093", "P097"):
