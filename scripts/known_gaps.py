@@ -52,13 +52,14 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   published. The micro batch is the fastest of 1, 2, 4 and 8 that the global batch
   allows and that fits, with priors only (``published/gaps.py`` ``mbs_if_unstated``):
   4 up to the 32B row, 2 for 70B and 119B, 1 above, each row's note listing the
-  candidates. Read at MBS 1, the 32B row (TP8, 48-way DP, 4 microbatches) was projected
-  26 % slow: its data-parallel reduce-scatter and all-gather (7.9 GB each at line rate
-  over one NIC per GPU) have only the last micro batch's backward and the first one's
-  forward to hide behind (core_r0.8.0: distributed_data_parallel ``no_sync`` until the
-  last microbatch, bucket 0 gathered from ``zero_grad`` and the rest one ahead from the
-  forward pre-hooks), while its modelled compute alone (0.87 s) equalled the measured
-  step (0.89 s). At MBS 4 (one micro batch per step) the whole backward hides them.
+  candidates. Gradients are reduced in fp32, which core_r0.8.0 forces for bf16. Read at
+  MBS 1, the 32B row (TP8, 48-way DP, 4 microbatches) was projected 26 % slow: its
+  data-parallel reduce-scatter and all-gather (15.8 and 7.9 GB over one NIC per GPU) have
+  only the last micro batch's backward and the first one's forward to hide behind
+  (core_r0.8.0: distributed_data_parallel ``no_sync`` until the last microbatch, bucket
+  0 gathered from ``zero_grad`` and the rest one ahead from the forward pre-hooks),
+  while its modelled compute alone (0.87 s) equalled the measured step (0.89 s). At
+  MBS 4 (one micro batch per step) the whole backward hides most of them.
 - **The DeepSeek-V3 GB200 ladder** (the section above): the final line lands within a few
   per cent and no flag step is credited more than the report measured, but the steps
   its text puts down to host overhead (DeepEP "reduces the CPU overhead of the router
@@ -100,7 +101,7 @@ LIMITS = """## Known gaps (mechanisms not modelled, or sources that say too litt
   CPU). Rows still off: the AMD DeepSeek-V2
   MI355X bars (+21 to +34 %: PP over 4 nodes at one 4096-token micro batch, a stack the
   blog says is launch- and sync-bound; the DeepSeek-V2-Lite bars of the same blog land
-  within 18 %); the ModelZoo Megatron-FSDP row (-37 %: FSDP's per-micro-batch expert
+  within 18 %); the ModelZoo Megatron-FSDP row (-36 %: FSDP's per-micro-batch expert
   gathers and fp32 reduce-scatters across 32 nodes are charged in full); the ModelZoo
   TP 4 and PP 32 rows (+17 / +11 %, read force-balanced as the table's own launch script
   runs them: MoE layers at 1,024 tokens per rank whose host and device times are close;
