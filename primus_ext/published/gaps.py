@@ -106,8 +106,9 @@ def _fastest_mbs(spec: RunSpec) -> tuple[RunSpec, tuple]:
 def recompute_if_needed(spec: RunSpec, notes: list[str], keep: bool = False) -> RunSpec:
     """A row whose recompute cell is empty (a recipe family's default, such as NVIDIA's
     "no recompute for pre-training", is an assumption, not a statement) and that cannot
-    fit as assumed must have saved memory: take the cheapest saving that fits (``memory/fit_ladder.py``: selective, then the
-    fewest block-recomputed layers, then full), as a user would, and say which."""
+    fit as assumed must have saved memory: take the cheapest saving that fits
+    (``memory/fit_ladder.py``: selective, then the fewest block-recomputed layers, then
+    full), as a user would, and say which."""
     from primus_ext.memory.fit_ladder import cheapest_fit
 
     choice = cheapest_fit(spec)
