@@ -82,7 +82,6 @@ def mbs_if_unstated(spec: RunSpec, notes: list[str]) -> RunSpec:
 
 @lru_cache(maxsize=64)
 def _fastest_mbs(spec: RunSpec) -> tuple[RunSpec, tuple]:
-    from primus_ext.memory.report import memory_report
     from primus_ext.project.estimate import project
 
     dp = spec.cluster.world_size // spec.parallel.model_parallel_size
@@ -93,10 +92,10 @@ def _fastest_mbs(spec: RunSpec) -> tuple[RunSpec, tuple]:
         try:
             cand = dataclasses.replace(
                 spec, train=dataclasses.replace(spec.train, micro_batch_size=m))
-            tps = project(cand, calibration=None).tokens_per_s_per_gpu
+            est = project(cand, calibration=None)
         except ValueError:  # a layout rule the candidate breaks (microbatches < pp)
             continue
-        fits = memory_report(cand).fits
+        tps, fits = est.tokens_per_s_per_gpu, est.memory.fits
         table.append((m, tps, fits))
         if fits and tps > best_tps:
             best, best_tps = cand, tps
