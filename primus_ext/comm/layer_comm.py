@@ -10,7 +10,8 @@ exposed, hidden time charged ``comm_overlap_penalty``):
   row layer's output gradient (hidden behind its dgrad only with ``tp_comm_overlap``);
   the re-gather of the column layer's input for its wgrad overlaps its dgrad and the
   reduce-scatter of its input gradient overlaps its wgrad -- always, as megatron-core
-  issues both asynchronously.
+  issues both asynchronously. In an FP8 run the gathers carry the quantized GEMM inputs
+  (``gemm_input_gather_bytes``), the reduce-scatters the 16-bit GEMM outputs.
 - **TP without SP**: an all-reduce after the row GEMM in forward (exposed) and one of the
   column layer's input gradient in backward, overlapped with its wgrad (megatron's async
   grad all-reduce). TE's TP overlap needs SP, so ``tp_comm_overlap`` changes nothing here.
@@ -66,10 +67,31 @@ def _comm(spec: RunSpec, name: str, axis: str, coll: str, nbytes: float, phase: 
                    calls=times), module)
 
 
+def gemm_input_gather_bytes(spec: RunSpec, elements: float) -> float:
+    """Bytes of a TP all-gather of a GEMM input of ``elements`` values. An FP8 run
+    quantizes the input before the gather: Transformer Engine's column-parallel forward
+    (``layernorm_linear.py`` / ``linear.py``: ``gather_along_first_dim(..., quantizer=
+    input_quantizer)``), the backward's gather of the row-parallel output gradient
+    (``base.py grad_output_preprocess`` with the grad-output quantizer) and the wgrad
+    re-gather of the input; torchao's ``Float8ColwiseParallel`` /
+    ``Float8RowwiseParallel`` (torchtitan's tensorwise float8 TP) likewise cast before
+    the forward gather and the backward gradient gather. One byte a value, plus the
+    block scales of MXFP8 (one E8M0 byte per 32) and blockwise (one fp32 per 128)."""
+    t = spec.train
+    if t.precision != "fp8":
+        return elements * (4 if t.precision == "fp32" else 2)
+    return elements * (1.0 + _FP8_SCALE_BYTES.get(t.fp8_recipe, 0.0))
+
+
+_FP8_SCALE_BYTES = {"mxfp8": 1 / 32, "blockwise": 4 / 128}
+
+
 def tp_pair(spec: RunSpec, sh: Shapes, ops: dict[str, OpCost], col: list[str], row: str,
             col_module: str, row_module: str, prefix: str,
             in_bytes: float | None = None) -> list[Tagged]:
-    """TP collectives around a column-parallel op group ``col`` and a row-parallel ``row``."""
+    """TP collectives around a column-parallel op group ``col`` and a row-parallel ``row``.
+    Reductions carry 16-bit GEMM outputs; gathers carry GEMM inputs
+    (``gemm_input_gather_bytes``)."""
     if sh.tp == 1:
         return []
     par = spec.parallel
@@ -85,17 +107,19 @@ def tp_pair(spec: RunSpec, sh: Shapes, ops: dict[str, OpCost], col: list[str], r
                       None, row_module),
                 _comm(spec, f"{prefix}.tp_all_reduce_dgrad", "tp", "all_reduce", in_bytes,
                       "bwd", c_w, col_module)]
+    g_in = gemm_input_gather_bytes(spec, in_bytes / sh.act_bytes)
+    g_out = gemm_input_gather_bytes(spec, nbytes / sh.act_bytes)
     out = []
     if col:
-        out.append(_comm(spec, f"{prefix}.tp_all_gather", "tp", "all_gather", in_bytes,
+        out.append(_comm(spec, f"{prefix}.tp_all_gather", "tp", "all_gather", g_in,
                          "fwd", c_f if ov else None, col_module))
     out.append(_comm(spec, f"{prefix}.tp_reduce_scatter", "tp", "reduce_scatter", nbytes,
                      "fwd", r.fwd_s if ov else None, row_module))
-    out.append(_comm(spec, f"{prefix}.tp_all_gather_dgrad", "tp", "all_gather", nbytes,
+    out.append(_comm(spec, f"{prefix}.tp_all_gather_dgrad", "tp", "all_gather", g_out,
                      "bwd", r.dgrad_s if ov else None, row_module))
     if col:
         out.append(_comm(spec, f"{prefix}.tp_all_gather_wgrad_input", "tp", "all_gather",
-                         in_bytes, "bwd", c_d, col_module))
+                         g_in, "bwd", c_d, col_module))
         out.append(_comm(spec, f"{prefix}.tp_reduce_scatter_dgrad", "tp", "reduce_scatter",
                          in_bytes, "bwd", c_w, col_module))
     return out

@@ -86,6 +86,18 @@ def grad_bytes_per_param(spec: RunSpec) -> int:
     return 4
 
 
+def gathered_param_bytes(spec: RunSpec) -> int:
+    """Bytes per parameter in the distributed optimizer's all-gather: the FP8 storage
+    with ``--fp8-param-gather`` (megatron-core ``distributed_data_parallel.py``: a
+    Float8Tensor's buffer is ``torch.uint8``), except MXFP8, whose parameters are
+    gathered in bf16 through the grad buffer (``param_and_grad_buffer.py``
+    ``reuse_grad_buf_for_mxfp8_param_ag``, the shared buffer); else the compute dtype."""
+    t = spec.train
+    if t.precision == "fp8" and t.fp8_param_gather and t.fp8_recipe != "mxfp8":
+        return 1
+    return t.param_bytes
+
+
 def bucket_params(spec: RunSpec) -> int:
     """Parameters per DDP bucket: ``parallel.ddp_bucket_params``, else megatron-core's
     default ``max(40M, 1M * dp)`` with dp the data-parallel size without context
@@ -152,7 +164,7 @@ def param_gather(spec: RunSpec, num_dense_params, num_expert_params: float = 0.0
     par = spec.parallel
     if par.fsdp or not par.use_distributed_optimizer:
         return SyncCost(0.0, 0.0, 0, 0.0)
-    pb = spec.train.param_bytes
+    pb = gathered_param_bytes(spec)
     return _add(_bucketed(spec, "dp_cp", num_dense_params, pb, all_gather_s, bucketed),
                 _bucketed(spec, "edp", num_expert_params, pb, all_gather_s, bucketed))
 

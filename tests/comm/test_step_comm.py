@@ -1,6 +1,8 @@
 """Pipeline p2p, data-parallel gradient sync, parameter gather, their overlap rule."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from primus_ext.comm.collectives import group_collective_s
@@ -44,6 +46,23 @@ def test_distributed_optimizer_reduce_scatters_and_gathers():
     assert rs.num_bytes == 4 * n  # fp32 gradients with --bf16
     assert param_gather(ddp, n).total_s == 0
     assert param_gather_s(dist, n) == pytest.approx(rs.total_s / 2, rel=0.1)  # bf16 params
+
+
+@pytest.mark.parametrize("recipe, gathered", [("tensorwise", 1), ("delayed", 1),
+                                              ("blockwise", 1), ("mxfp8", 2)])
+def test_fp8_param_gather_gathers_the_fp8_storage(recipe, gathered):
+    """megatron-core keeps a Float8Tensor parameter's buffer as torch.uint8 and gathers
+    it (distributed_data_parallel.py); MXFP8 parameters are gathered in bf16 through the
+    grad buffer (param_and_grad_buffer.py reuse_grad_buf_for_mxfp8_param_ag)."""
+    def run(**train):
+        s = spec(tp=8)
+        return replace(s, train=replace(s.train, **train))
+    n = 1e9
+    bf16 = param_gather(run(), n)
+    fp8 = param_gather(run(precision="fp8", fp8_recipe=recipe, fp8_param_gather=True), n)
+    plain = param_gather(run(precision="fp8", fp8_recipe=recipe), n)
+    assert bf16.num_bytes == plain.num_bytes == 2 * n
+    assert fp8.num_bytes == gathered * n
 
 
 def test_buckets_follow_overlap_grad_reduce():

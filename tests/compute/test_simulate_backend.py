@@ -122,6 +122,29 @@ def test_tp_comms_follow_sequence_parallel_and_overlap():
     assert one.comms == ()
 
 
+@pytest.mark.parametrize("recipe, per_value", [("tensorwise", 1.0), ("delayed", 1.0),
+                                               ("mxfp8", 1 + 1 / 32),
+                                               ("blockwise", 1 + 4 / 128)])
+def test_fp8_tp_gathers_carry_quantized_inputs(recipe, per_value):
+    """Transformer Engine quantizes a column-parallel layer's input before the SP
+    all-gather (layernorm_linear.py / linear.py ``gather_along_first_dim(...,
+    quantizer=...)``) and the row-parallel output gradient before its gather
+    (base.py ``grad_output_preprocess``); reduce-scatters carry the bf16 GEMM outputs."""
+    def comms(**train):
+        spec = run(llama70b(), tp=8, nodes=1, sequence_parallel=True, train=train)
+        return {c.name: c for c in simulate_layer_costs(spec).kinds["dense"].comms}
+    bf16 = comms()
+    fp8 = comms(precision="fp8", fp8_recipe=recipe)
+    assert set(fp8) == set(bf16)
+    for name, c in fp8.items():
+        ratio = c.num_bytes / bf16[name].num_bytes
+        if c.collective == "all_gather":
+            assert ratio == pytest.approx(per_value / 2, rel=1e-6), name
+            assert c.seconds < bf16[name].seconds
+        else:
+            assert ratio == 1.0, name
+
+
 def test_cp_ring_overlaps_attention():
     spec = run(llama70b(), tp=8, cp=4, nodes=4, sequence_parallel=True,
                train=dict(seq_length=32768, global_batch_size=64))
