@@ -67,23 +67,24 @@ def _comm(spec: RunSpec, name: str, axis: str, coll: str, nbytes: float, phase: 
                    calls=times), module)
 
 
-def gemm_input_gather_bytes(spec: RunSpec, elements: float) -> float:
-    """Bytes of a TP all-gather of a GEMM input of ``elements`` values. An FP8 run
-    quantizes the input before the gather: Transformer Engine's column-parallel forward
-    (``layernorm_linear.py`` / ``linear.py``: ``gather_along_first_dim(..., quantizer=
-    input_quantizer)``), the backward's gather of the row-parallel output gradient
-    (``base.py grad_output_preprocess`` with the grad-output quantizer) and the wgrad
-    re-gather of the input; torchao's ``Float8ColwiseParallel`` /
+# Block-scale bytes per FP8 value: MXFP8 one E8M0 byte per 32, blockwise one fp32 per 128.
+_FP8_SCALE_BYTES = {"mxfp8": 1 / 32, "blockwise": 4 / 128}
+
+
+def gemm_input_gather_bytes(spec: RunSpec, nbytes: float) -> float:
+    """Bytes of a TP all-gather of a GEMM input held as ``nbytes`` of 16-bit values. An
+    FP8 run quantizes the input before the gather: Transformer Engine's column-parallel
+    forward (``layernorm_linear.py`` / ``linear.py``: ``gather_along_first_dim(...,
+    quantizer=input_quantizer)``), the backward's gather of the row-parallel output
+    gradient (``base.py grad_output_preprocess`` with the grad-output quantizer) and the
+    wgrad re-gather of the input; torchao's ``Float8ColwiseParallel`` /
     ``Float8RowwiseParallel`` (torchtitan's tensorwise float8 TP) likewise cast before
     the forward gather and the backward gradient gather. One byte a value, plus the
-    block scales of MXFP8 (one E8M0 byte per 32) and blockwise (one fp32 per 128)."""
+    recipe's block scales (``_FP8_SCALE_BYTES``)."""
     t = spec.train
     if t.precision != "fp8":
-        return elements * (4 if t.precision == "fp32" else 2)
-    return elements * (1.0 + _FP8_SCALE_BYTES.get(t.fp8_recipe, 0.0))
-
-
-_FP8_SCALE_BYTES = {"mxfp8": 1 / 32, "blockwise": 4 / 128}
+        return nbytes
+    return nbytes / 2 * (1.0 + _FP8_SCALE_BYTES.get(t.fp8_recipe, 0.0))
 
 
 def tp_pair(spec: RunSpec, sh: Shapes, ops: dict[str, OpCost], col: list[str], row: str,
@@ -107,8 +108,7 @@ def tp_pair(spec: RunSpec, sh: Shapes, ops: dict[str, OpCost], col: list[str], r
                       None, row_module),
                 _comm(spec, f"{prefix}.tp_all_reduce_dgrad", "tp", "all_reduce", in_bytes,
                       "bwd", c_w, col_module)]
-    g_in = gemm_input_gather_bytes(spec, in_bytes / sh.act_bytes)
-    g_out = gemm_input_gather_bytes(spec, nbytes / sh.act_bytes)
+    g_in, g_out = gemm_input_gather_bytes(spec, in_bytes), gemm_input_gather_bytes(spec, nbytes)
     out = []
     if col:
         out.append(_comm(spec, f"{prefix}.tp_all_gather", "tp", "all_gather", g_in,
