@@ -22,8 +22,9 @@ Memory per process is ``memory_report`` of the candidate on the measuring hardwa
 what is really built), allocated peak, times ``MARGIN`` for allocator and transient
 copies, plus the process's own resident base (torch and megatron-core imported). Time is
 the simulate backend's fwd+bwd of the candidate on the measuring hardware times the
-passes the measurement makes. Nothing fits: ``plan.fits`` is False and ``plan.need_line``
-says what the smallest candidate would need.
+passes the measurement makes; on a CPU, at the matmul rates this machine reaches
+(``host_rates``: ``measure/host_rate.py``), not the ``cpu`` preset's. Nothing fits:
+``plan.fits`` is False and ``plan.need_line`` says what the smallest candidate would need.
 """
 from __future__ import annotations
 
@@ -161,9 +162,19 @@ def _num_passes(warmup: int, repeats: int, capture: bool, contention: bool,
     return n + (1 if cuda else 0)
 
 
+def _at_rates(spec: RunSpec, rates: dict[str, float] | None) -> RunSpec:
+    """``spec`` with its hardware's rate fields replaced by ``rates``."""
+    if not rates:
+        return spec
+    hw = dataclasses.replace(spec.cluster.hardware, **rates)
+    return dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, hardware=hw))
+
+
 def candidate_cost(target: RunSpec, down: RunSpec, cand: Candidate, *, use_te: bool,
-                   passes: int, base_bytes: int, cuda: bool) -> tuple[int, float]:
-    """(bytes per process, estimated seconds) of the measured run ``down``."""
+                   passes: int, base_bytes: int, cuda: bool,
+                   host_rates: dict[str, float] | None = None) -> tuple[int, float]:
+    """(bytes per process, estimated seconds) of the measured run ``down``;
+    ``host_rates``: the hardware's rate fields as measured here (None: the preset's)."""
     from primus_ext.memory import memory_report
     from primus_ext.project.simulate_backend import simulate_layer_costs
     view = local_view(down, use_te)
@@ -171,7 +182,7 @@ def candidate_cost(target: RunSpec, down: RunSpec, cand: Candidate, *, use_te: b
     peak = rep.total_bytes if cuda else rep.allocated_peak_bytes
     if not cand.optimizer:
         peak -= rep.optimizer_bytes
-    costs = simulate_layer_costs(view)
+    costs = simulate_layer_costs(_at_rates(view, host_rates))
     per_mb = 0.0
     for name in ("embedding", "output"):
         k = costs.kinds.get(name)
@@ -189,16 +200,18 @@ def plan_measurement(target: RunSpec, downscale_fn, request: Candidate, *, hardw
                      use_te: bool, num_processes: int, budget_bytes: int,
                      seconds_budget: float, base_bytes: int, warmup: int, repeats: int,
                      capture: bool, contention: bool, cuda: bool,
-                     optimizer_optional: bool = True) -> MeasurePlan:
+                     optimizer_optional: bool = True,
+                     host_rates: dict[str, float] | None = None) -> MeasurePlan:
     """The first candidate of the ladder that fits (see the module docstring).
 
     ``downscale_fn(candidate) -> RunSpec`` is the downscaled run of a candidate;
     ``num_processes`` the processes sharing ``budget_bytes`` (on a GPU: one per device,
-    ``budget_bytes`` per device)."""
+    ``budget_bytes`` per device); ``host_rates``: the measuring hardware's rate fields as
+    this machine reaches them (``measure/host_rate.measured_rates``; None: the preset's)."""
     def cost(c: Candidate) -> tuple[int, float]:
         passes = _num_passes(warmup, repeats, capture, contention, cuda)
         return candidate_cost(target, downscale_fn(c), c, use_te=use_te, passes=passes,
-                              base_bytes=base_bytes, cuda=cuda)
+                              base_bytes=base_bytes, cuda=cuda, host_rates=host_rates)
 
     def make(c: Candidate, nbytes: int, secs: float, steps: dict) -> MeasurePlan:
         ok = nbytes * num_processes <= budget_bytes and secs <= seconds_budget

@@ -108,3 +108,32 @@ def test_cpu_proof_targets_are_measured_as_requested():
                                  seconds_budget=150.0, base_bytes=512 << 20, warmup=2,
                                  repeats=16, capture=False, contention=True, cuda=False)
             assert p.fits and p.steps == () and p.candidate == req, (quick, c.name)
+
+
+def test_the_host_rate_costs_the_plan():
+    """The plan costs a candidate at the rates this machine reaches (host_rate.py): a CPU
+    whose bf16 GEMMs run 20x below the preset's figure gets GEMM-bound estimates about
+    20x longer, and a plan that is smaller or says it does not fit."""
+    t = _target("mlm_llama3_8b_h100_fp8")
+    req = Candidate(layers_per_kind=1, num_microbatches=1, optimizer=False,
+                    vocab_size=2048, seq_length=1024)
+    slow = {"bf16_tflops": 0.005, "fp32_tflops": 0.1}
+    kw = dict(use_te=False, passes=1, base_bytes=0, cuda=False)
+    b0, s0 = candidate_cost(t, _down(t, 1)(req), req, **kw)
+    b1, s1 = candidate_cost(t, _down(t, 1)(req), req, host_rates=slow, **kw)
+    assert b1 == b0 and 10 < s1 / s0 <= 20
+    fast = _plan(t)
+
+    def with_rates(rates):
+        return plan_measurement(t, _down(t, 1), Candidate(layers_per_kind=1,
+                                num_microbatches=1, optimizer=False), hardware="cpu",
+                                use_te=False, num_processes=1, budget_bytes=6 * GIB,
+                                seconds_budget=150.0, base_bytes=512 << 20, warmup=0,
+                                repeats=1, capture=True, contention=False, cuda=False,
+                                host_rates=rates)
+    assert with_rates(None) == fast
+    p = with_rates(slow)
+    assert p.seconds > fast.seconds or not p.fits
+    assert p.candidate.seq_length <= fast.candidate.seq_length
+    if p.fits:
+        assert p.seconds <= 150.0

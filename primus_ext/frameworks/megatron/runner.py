@@ -260,6 +260,7 @@ def plan_for(target: RunSpec, world: int, hw: str, opts: MeasureOptions, capture
     """The measurement plan (measure/plan.py), made on rank 0 and followed by all."""
     from primus_ext.frameworks.megatron.build import use_transformer_engine
     from primus_ext.measure.budget import local_budget, local_processes
+    from primus_ext.measure.host_rate import measured_rates
     plan = [None]
     if dist.get_rank() == 0:
         cuda = torch.cuda.is_available()
@@ -277,7 +278,8 @@ def plan_for(target: RunSpec, world: int, hw: str, opts: MeasureOptions, capture
             hardware=hw, use_te=use_transformer_engine(), num_processes=budget.num_processes,
             budget_bytes=budget.memory_bytes, seconds_budget=budget.seconds,
             base_bytes=budget.base_bytes, warmup=opts.warmup, repeats=opts.repeats,
-            capture=capture, contention=neighbours > 0, cuda=cuda)
+            capture=capture, contention=neighbours > 0, cuda=cuda,
+            host_rates=None if cuda else measured_rates(target.train.precision))
     dist.broadcast_object_list(plan, src=0)
     return plan[0]
 

@@ -6,6 +6,7 @@ import os
 
 from primus_ext.frameworks.torchtitan.proxy import proxy_spec
 from primus_ext.measure.budget import local_budget, local_processes
+from primus_ext.measure.host_rate import measured_rates
 from primus_ext.measure.plan import Candidate, MeasurePlan, plan_measurement
 from primus_ext.spec import RunSpec
 
@@ -27,7 +28,8 @@ def plan_for(target: RunSpec, down_of, world: int, opts) -> MeasurePlan:
         num_processes=budget.num_processes, budget_bytes=budget.memory_bytes,
         seconds_budget=budget.seconds, base_bytes=budget.base_bytes, warmup=opts.warmup,
         repeats=opts.repeats, capture=opts.capture_only, contention=contention,
-        cuda=False, optimizer_optional=False)
+        cuda=False, optimizer_optional=False,
+        host_rates=measured_rates(target.train.precision))
 
 
 def agreed_plan(make, world: int) -> tuple[MeasurePlan, bool]:
