@@ -22,6 +22,7 @@ from primus_ext.compute.ops import OpCost, Shapes, bias_dropout_add, gated_activ
 from primus_ext.compute.routing import expected_max_normal  # noqa: F401
 from primus_ext.compute.routing import ranks_hit, routing_spread_factor
 from primus_ext.compute.te_ring import is_te_p2p_ring, te_ring_correction_op
+from primus_ext.compute.torch_async_tp import is_torch_async_tp, partials_sum_op
 from primus_ext.compute.torch_ring import is_torch_ring, ring_merge_op
 
 
@@ -102,6 +103,8 @@ def attention_ops(sh: Shapes, window: int | None) -> list[OpCost]:
     elif is_te_p2p_ring(sh):
         ops.append(te_ring_correction_op(sh, d, d, sh.groups))
     ops.append(linear(sh, "proj", "proj", t, q, h))
+    if is_torch_async_tp(sh):
+        ops.append(partials_sum_op(sh, "proj_partials_sum", "proj"))
     ops.append(bias_dropout_add(sh, "attn_bda", sh.sp_tokens))
     return ops
 
@@ -348,8 +351,10 @@ def _fp8_padding(sh: Shapes, ops: list[OpCost], rows: float) -> list[OpCost]:
 def mlp_block_ops(sh: Shapes, moe: bool) -> list[OpCost]:
     if moe:
         return moe_ops(sh)
+    fc2_sum = [partials_sum_op(sh, "fc2_partials_sum", "mlp")] if is_torch_async_tp(sh) \
+        else []
     return ([norm(sh, "pre_mlp_layernorm", sh.sp_tokens, sh.hidden)] + dense_mlp_ops(sh)
-            + [bias_dropout_add(sh, "mlp_bda", sh.sp_tokens)])
+            + fc2_sum + [bias_dropout_add(sh, "mlp_bda", sh.sp_tokens)])
 
 
 def decoder_layer_ops(sh: Shapes, *, moe: bool, window: int | None) -> list[OpCost]:

@@ -121,10 +121,13 @@ def early_stop_ops(ops: list[OpCost], hidden_dropout: float) -> list[OpCost]:
     ends with the MLP's second GEMM, whose autograd node packs its inputs before the GEMM
     runs, and a residual add that saves nothing: neither is re-run. With dropout after
     the GEMM its mask is saved after the GEMM, which then runs again; other endings (an
-    MoE block's unpermute) are re-run whole."""
-    if len(ops) >= 2 and [o.name for o in ops[-2:]] == ["fc2", "mlp_bda"] \
-            and hidden_dropout == 0:
-        return ops[:-2]
+    MoE block's unpermute) are re-run whole. PyTorch's async TP sums the GEMM's partials
+    inside the same fused op (``fc2_partials_sum``, compute/torch_async_tp.py): not re-run
+    either."""
+    names = [o.name for o in ops]
+    for tail in (["fc2", "mlp_bda"], ["fc2", "fc2_partials_sum", "mlp_bda"]):
+        if names[-len(tail):] == tail and hidden_dropout == 0:
+            return ops[:-len(tail)]
     return list(ops)
 
 

@@ -168,7 +168,8 @@ def simulated_view(spec: RunSpec) -> RunSpec:
                         recompute_num_layers=1, recompute_early_stop=True),
            "selective": dict(recompute_granularity="selective",
                              recompute_modules=SAC_MODULES)}[ac]
-    train = replace(t, activation_checkpoint="none", compile=False,
+    # torchtitan builds PyTorch modules, never Transformer Engine's.
+    train = replace(t, activation_checkpoint="none", compile=False, te=False,
                     fused_elementwise=t.compile, cross_entropy_loss_fusion=t.compile,
                     attention_backend="flash", flash_attn_impl="fa2",
                     loss_chunks=t.loss_chunks or LOSS_CHUNKS, **rec)

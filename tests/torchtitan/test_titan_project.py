@@ -193,3 +193,35 @@ def test_full_checkpointing_stops_early_as_torchtitans_wrapper_does():
     assert fwd_mm == 7 and rerun_mm - 2 * fwd_mm == 6
     view = simulated_view(primus_ext.compose(BASE + ["train.activation_checkpoint=full"]))
     assert view.train.recompute_granularity == "full" and view.train.recompute_early_stop
+
+
+def test_async_tp_sums_the_partials_on_the_compute_stream():
+    """torch's fused matmul-reduce-scatter (inductor's micro-pipeline TP, torchtitan's
+    async TP) ends with a ``torch.sum`` over the ``tp`` partials it received: the
+    installed torch still does, and the projection costs that read of the whole GEMM
+    output and write of the local rows after each forward row-parallel GEMM (attention
+    output, MLP down projection), not re-run after w2 under full AC's early stop."""
+    pytest.importorskip("torch")
+    import inspect
+
+    from torch.distributed import _symmetric_memory as symm
+
+    from primus_ext.compute.layer_ops import decoder_layer_ops
+    from primus_ext.compute.ops import Shapes
+    from primus_ext.project.simulate_backend import early_stop_ops
+    src = inspect.getsource(symm._fused_matmul_reduce_scatter_impl)
+    assert "partial(torch.sum, dim=0)" in src and "return reduce_fn(" in src
+    assert "stacked_partials" in src
+    tp = ["parallel.tp=8", "train.compile=true", "parallel.sequence_parallel=true"]
+    plain = Shapes(simulated_view(primus_ext.compose(BASE + tp)))
+    sh = Shapes(simulated_view(primus_ext.compose(BASE + tp + ["parallel.tp_comm_overlap=true"])))
+    ops = decoder_layer_ops(sh, moe=False, window=None)
+    base = decoder_layer_ops(plain, moe=False, window=None)
+    extra = [o for o in ops if o.name not in {b.name for b in base}]
+    assert [(o.name, o.module) for o in extra] == [("proj_partials_sum", "proj"),
+                                                   ("fc2_partials_sum", "mlp")]
+    want = (sh.tokens + sh.tokens // 8) * sh.hidden * 2
+    assert all(o.fwd_bytes == want and o.bwd_bytes == 0 for o in extra)
+    rerun = [o.name for o in early_stop_ops(ops, 0.0)]
+    assert "proj_partials_sum" in rerun and "fc2" not in rerun
+    assert "fc2_partials_sum" not in rerun
